@@ -1,0 +1,99 @@
+"""gpugeek-jupyter: GPU pools, distributed PyTorch jobs, telemetry and cost from a notebook.
+
+>>> %load_ext gpugeek_jupyter                                   # doctest: +SKIP
+>>> %gpugeek_launch --gpu-type cpu --count 2 --name dev         # doctest: +SKIP
+
+Public names are imported lazily, so ``import gpugeek_jupyter`` (and ``%load_ext``) stays fast and
+imports neither torch nor dask.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from .client import ClusterClient, Job
+    from .pools import Pool
+    from .spec import PoolSpec
+    from .store import PoolRecord
+
+__all__ = [
+    "ClusterClient",
+    "Job",
+    "Pool",
+    "PoolSpec",
+    "__version__",
+    "current_pool",
+    "launch",
+    "list_pools",
+    "load_ipython_extension",
+]
+
+_LAZY = {
+    "ClusterClient": ("gpugeek_jupyter.client", "ClusterClient"),
+    "Job": ("gpugeek_jupyter.client", "Job"),
+    "Pool": ("gpugeek_jupyter.pools", "Pool"),
+    "PoolSpec": ("gpugeek_jupyter.spec", "PoolSpec"),
+    "PoolStatus": ("gpugeek_jupyter.store", "PoolStatus"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
+    raise AttributeError(f"module 'gpugeek_jupyter' has no attribute {name!r}")
+
+
+def current_pool() -> Pool | None:
+    """The pool the magics use now (the last launched or ``%gpugeek_use``-d one), or None."""
+    from .pools import get_pool_manager
+
+    return get_pool_manager().current
+
+
+def list_pools(live_only: bool = False) -> list[PoolRecord]:
+    """Every pool in the registry, whoever made it: records with ``.name``, ``.status``, ``.spec``."""
+    from .pools import list_pools as _list_pools
+
+    return _list_pools(live_only=live_only)
+
+
+def launch(**options: Any) -> Pool:
+    """Launch a pool from keyword options (the same as ``%gpugeek_launch``'s) and make it current.
+
+    >>> pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, name="dev")   # doctest: +SKIP
+    """
+    from .pools import launch_pool
+    from .spec import PoolSpec
+
+    return launch_pool(PoolSpec.create(**options))
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    from .magics import register_magics
+
+    register_magics(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from .magics import unregister_magics
+
+    unregister_magics(ipython)
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    return [{"src": "labextension", "dest": "gpugeek-jupyter"}]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "gpugeek_jupyter"}]
+
+
+def _load_jupyter_server_extension(server_app: Any) -> None:
+    from .server import load_server_extension
+
+    load_server_extension(server_app)

@@ -1,0 +1,152 @@
+"""Settings: one traitlets ``Configurable``, readable from Jupyter config files and ``GPUGEEK_*``.
+
+Precedence, lowest first: the defaults below, the environment variable named in each trait's
+``help``, then ``jupyter_gpugeek_config.{json,py}`` (or ``c.GpugeekConfig.x = ...`` in a Jupyter
+server config) in any Jupyter config directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from traitlets import Bool, Float, Integer, Unicode, default
+from traitlets.config import Configurable
+
+BACKENDS = ("local", "kubernetes", "address")
+
+
+class GpugeekConfig(Configurable):
+    """Everything a user or an admin may set."""
+
+    default_backend = Unicode(
+        "local", help="Backend used when --backend is not given: local, kubernetes or address. Env: GPUGEEK_BACKEND."
+    ).tag(config=True)
+    registry_path = Unicode(
+        help="SQLite file holding pools, workers and jobs; shared by kernels and the server. "
+        "Default: gpugeek.sqlite in the Jupyter runtime directory. Env: GPUGEEK_REGISTRY."
+    ).tag(config=True)
+    price_file = Unicode(
+        "", help="TOML file of catalog/price overrides laid over the built-in catalog. Env: GPUGEEK_PRICE_FILE."
+    ).tag(config=True)
+    idle_timeout_minutes = Float(
+        0.0, help="Stop a pool idle this long (0 = never), unless --idle-timeout says otherwise. Env: GPUGEEK_IDLE_TIMEOUT."
+    ).tag(config=True)
+    heartbeat_seconds = Float(
+        2.0, help="How often a pool's owner writes a heartbeat and checks for stop requests. Env: GPUGEEK_HEARTBEAT."
+    ).tag(config=True)
+    lost_after_seconds = Float(
+        15.0, help="A pool whose owner missed heartbeats this long (or died) is marked lost. Env: GPUGEEK_LOST_AFTER."
+    ).tag(config=True)
+    worker_start_timeout = Float(
+        120.0, help="Seconds to wait for all workers of a new pool before failing it. Env: GPUGEEK_WORKER_START_TIMEOUT."
+    ).tag(config=True)
+    worker_death_timeout = Float(
+        20.0, help="Seconds a worker survives without its scheduler before it exits. Env: GPUGEEK_WORKER_DEATH_TIMEOUT."
+    ).tag(config=True)
+    bind_host = Unicode(
+        "127.0.0.1", help="Interface the local scheduler and workers listen on. Env: GPUGEEK_BIND_HOST."
+    ).tag(config=True)
+    telemetry_period_seconds = Float(
+        1.0, help="Telemetry sampling period on every worker. Env: GPUGEEK_TELEMETRY_PERIOD."
+    ).tag(config=True)
+    kubernetes_namespace = Unicode(
+        "default", help="Namespace of kubernetes pools unless --namespace is given. Env: GPUGEEK_NAMESPACE."
+    ).tag(config=True)
+    api_key = Unicode(
+        "", help="GPUGEEK API key; never displayed. Env: GPUGEEK_API_KEY."
+    ).tag(config=True)
+    preload_torch = Bool(
+        True, help="Import torch in local workers as they start, so the first job does not wait for it. "
+        "Env: GPUGEEK_PRELOAD_TORCH."
+    ).tag(config=True)
+
+    @default("default_backend")
+    def _default_backend(self) -> str:
+        return os.environ.get("GPUGEEK_BACKEND", "local")
+
+    @default("registry_path")
+    def _default_registry_path(self) -> str:
+        if os.environ.get("GPUGEEK_REGISTRY"):
+            return os.environ["GPUGEEK_REGISTRY"]
+        from jupyter_core.paths import jupyter_runtime_dir  # a path helper only, no Jupyter machinery
+
+        return str(Path(jupyter_runtime_dir()) / "gpugeek.sqlite")
+
+    @default("price_file")
+    def _default_price_file(self) -> str:
+        return os.environ.get("GPUGEEK_PRICE_FILE", "")
+
+    @default("idle_timeout_minutes")
+    def _default_idle(self) -> float:
+        return float(os.environ.get("GPUGEEK_IDLE_TIMEOUT", 0.0))
+
+    @default("heartbeat_seconds")
+    def _default_heartbeat(self) -> float:
+        return float(os.environ.get("GPUGEEK_HEARTBEAT", 2.0))
+
+    @default("lost_after_seconds")
+    def _default_lost_after(self) -> float:
+        return float(os.environ.get("GPUGEEK_LOST_AFTER", 15.0))
+
+    @default("worker_start_timeout")
+    def _default_worker_start_timeout(self) -> float:
+        return float(os.environ.get("GPUGEEK_WORKER_START_TIMEOUT", 120.0))
+
+    @default("worker_death_timeout")
+    def _default_worker_death_timeout(self) -> float:
+        return float(os.environ.get("GPUGEEK_WORKER_DEATH_TIMEOUT", 20.0))
+
+    @default("bind_host")
+    def _default_bind_host(self) -> str:
+        return os.environ.get("GPUGEEK_BIND_HOST", "127.0.0.1")
+
+    @default("telemetry_period_seconds")
+    def _default_telemetry_period(self) -> float:
+        return float(os.environ.get("GPUGEEK_TELEMETRY_PERIOD", 1.0))
+
+    @default("kubernetes_namespace")
+    def _default_namespace(self) -> str:
+        return os.environ.get("GPUGEEK_NAMESPACE", "default")
+
+    @default("api_key")
+    def _default_api_key(self) -> str:
+        return os.environ.get("GPUGEEK_API_KEY", "")
+
+    @default("preload_torch")
+    def _default_preload_torch(self) -> bool:
+        return os.environ.get("GPUGEEK_PRELOAD_TORCH", "1").lower() not in ("0", "false", "no")
+
+    def __repr__(self) -> str:  # the api_key must never be shown
+        return f"GpugeekConfig(default_backend={self.default_backend!r}, registry_path={self.registry_path!r})"
+
+
+_config: GpugeekConfig | None = None
+
+
+def _load_jupyter_config_files():  # type: ignore[no-untyped-def]
+    from jupyter_core.paths import jupyter_config_path
+    from traitlets.config.loader import Config, JSONFileConfigLoader, PyFileConfigLoader
+
+    merged = Config()
+    for directory in reversed(jupyter_config_path()):  # later entries have lower priority
+        for loader_class, filename in (
+            (JSONFileConfigLoader, "jupyter_gpugeek_config.json"),
+            (PyFileConfigLoader, "jupyter_gpugeek_config.py"),
+        ):
+            if (Path(directory) / filename).exists():
+                merged.merge(loader_class(filename, path=directory).load_config())
+    return merged
+
+
+def get_config() -> GpugeekConfig:
+    """This process's settings (built once; ``set_config`` replaces them, e.g. from the server)."""
+    global _config
+    if _config is None:
+        _config = GpugeekConfig(config=_load_jupyter_config_files())
+    return _config
+
+
+def set_config(config: GpugeekConfig | None) -> None:
+    global _config
+    _config = config

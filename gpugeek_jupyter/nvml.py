@@ -1,0 +1,78 @@
+"""What NVML says about this machine's GPUs; "no GPU" is an answer, not an error.
+
+Shared by the local backend (which GPUs can a pool use) and telemetry (what to sample).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    index: int
+    name: str
+    uuid: str
+    memory_total_bytes: int
+
+
+@dataclass(frozen=True)
+class GpuDiscovery:
+    devices: tuple[GpuDevice, ...]
+    reason: str | None  # why there are no devices, when there are none
+
+    def describe(self) -> str:
+        if not self.devices:
+            return f"no NVIDIA GPU ({self.reason})"
+        names: dict[str, int] = {}
+        for d in self.devices:
+            names[d.name] = names.get(d.name, 0) + 1
+        return ", ".join(f"{n} x {name}" for name, n in names.items())
+
+
+def nvml_failure_reason(error: BaseException) -> str:
+    """A short, human reason for an NVML failure (e.g. 'NVML library not found')."""
+    text = str(error) or type(error).__name__
+    if "Library Not Found" in text or "LibraryNotFound" in type(error).__name__:
+        return "NVML library not found (no NVIDIA driver on this machine)"
+    if "Driver Not Loaded" in text:
+        return "NVIDIA driver not loaded"
+    return f"NVML failed: {text}"
+
+
+def discover_gpus() -> GpuDiscovery:
+    """List the GPUs NVML can see; never raises."""
+    try:
+        import pynvml
+    except ImportError:
+        return GpuDiscovery((), "nvidia-ml-py is not installed")
+    try:
+        pynvml.nvmlInit()
+    except Exception as e:  # every NVML failure means "no usable GPU", which is a normal state
+        return GpuDiscovery((), nvml_failure_reason(e))
+    try:
+        devices = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name = pynvml.nvmlDeviceGetName(handle)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            devices.append(
+                GpuDevice(
+                    index=index,
+                    name=name.decode() if isinstance(name, bytes) else str(name),
+                    uuid=uuid.decode() if isinstance(uuid, bytes) else str(uuid),
+                    memory_total_bytes=int(memory.total),
+                )
+            )
+        return GpuDiscovery(tuple(devices), None if devices else "NVML found no devices")
+    except Exception as e:
+        return GpuDiscovery((), nvml_failure_reason(e))
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception as e:
+            log.debug("nvmlShutdown failed: %s", e)

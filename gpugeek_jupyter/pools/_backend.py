@@ -1,0 +1,70 @@
+"""The backend interface: how a pool gets its scheduler and workers.
+
+A backend turns a :class:`~gpugeek_jupyter.spec.PoolSpec` into a running dask cluster. Each one is a
+small class with :meth:`Backend.start`; the pool manager does everything else (registry, heartbeat,
+worker intervals, stop), so a new backend (kubernetes) is a drop-in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from ..spec import PoolSpec
+
+ProgressCallback = Callable[[int, int], None]  # (workers ready, workers asked for)
+
+
+@dataclass
+class RunningCluster:
+    """What a backend hands back: a connected client and how to shut the cluster down."""
+
+    client: Client
+    scheduler_address: str
+    dashboard_link: str | None
+    cluster: Any = None  # the dask Cluster object when this process owns it
+    owns_workers: bool = True  # False for an attached scheduler: stop() must not shut it down
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Close the client and, when this process owns it, the cluster."""
+        try:
+            self.client.close(timeout=timeout)
+        finally:
+            if self.cluster is not None and self.owns_workers:
+                self.cluster.close(timeout=timeout)
+
+
+class Backend(Protocol):
+    name: str
+
+    def start(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
+        """Start (or attach to) the cluster for ``spec``; raise a GpugeekError subclass on failure."""
+        ...
+
+
+def wait_for_workers(client: Client, count: int, on_progress: ProgressCallback, timeout: float, what: str) -> None:
+    """Report progress until ``count`` workers are connected; PoolStartError after ``timeout`` s."""
+    import time
+
+    from ..errors import PoolStartError
+
+    deadline = time.monotonic() + timeout
+    last = -1
+    while True:
+        ready = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        if ready != last:
+            on_progress(min(ready, count), count)
+            last = ready
+        if ready >= count:
+            return
+        if time.monotonic() > deadline:
+            raise PoolStartError(
+                f"{what}: only {ready}/{count} workers connected within {timeout:.0f} s "
+                f"(raise GpugeekConfig.worker_start_timeout, or ask for fewer with --count)"
+            )
+        time.sleep(0.05)

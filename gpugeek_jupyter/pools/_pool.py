@@ -1,0 +1,102 @@
+"""``Pool``: a pool as seen from the process that launched or attached to it."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..cost.rates import hourly_rate
+from ..spec import PoolSpec
+from ..store import PoolRecord, PoolStatus
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from ._backend import RunningCluster
+    from ._manager import PoolManager
+
+log = logging.getLogger(__name__)
+
+
+class Pool:
+    """A running pool: its spec, its status, its dask ``Client``.
+
+    >>> pool = gpugeek_jupyter.current_pool()          # doctest: +SKIP
+    >>> pool.client.submit(sum, [1, 2]).result()       # doctest: +SKIP
+    3
+    """
+
+    def __init__(self, record: PoolRecord, running: RunningCluster, manager: PoolManager, owned: bool) -> None:
+        self._record = record
+        self._running = running
+        self._manager = manager
+        self.owned = owned  # False when attached to a pool that another process launched
+        self.spec = PoolSpec.from_dict(record.spec)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Pool {self.name!r} {self.status.value}: {self.spec.count} x {self.spec.gpu_type}, "
+            f"backend={self.spec.backend}, dashboard={self.dashboard_link}>"
+        )
+
+    @property
+    def name(self) -> str:
+        return self._record.name
+
+    @property
+    def id(self) -> int:
+        return self._record.id
+
+    @property
+    def record(self) -> PoolRecord:
+        """The registry's current row for this pool."""
+        self._record = self._manager.registry.pool_by_id(self._record.id)
+        return self._record
+
+    @property
+    def status(self) -> PoolStatus:
+        return self.record.status
+
+    @property
+    def client(self) -> Client:
+        """The pool's dask ``Client``, for using dask directly."""
+        return self._running.client
+
+    @property
+    def cluster(self) -> Any:
+        return self._running.cluster
+
+    @property
+    def running(self) -> RunningCluster:
+        return self._running
+
+    @property
+    def scheduler_address(self) -> str:
+        return self._running.scheduler_address
+
+    @property
+    def dashboard_link(self) -> str | None:
+        return self._running.dashboard_link
+
+    @property
+    def prices(self) -> dict[str, Any]:
+        return self._record.prices
+
+    @property
+    def usd_per_hour(self) -> float:
+        return hourly_rate(self.spec, self._record.prices)
+
+    def worker_addresses(self) -> list[str]:
+        """Connected workers in rank order (by dask worker name, then address)."""
+        workers = self.client.scheduler_info(n_workers=-1).get("workers", {})
+        return [addr for addr, _ in sorted(workers.items(), key=lambda kv: _rank_key(kv[1].get("name"), kv[0]))]
+
+    def stop(self) -> None:
+        """Stop the pool (its workers exit); for an attached pool, ask its owner to stop it."""
+        self._manager.stop(self.name)
+
+
+def _rank_key(name: Any, address: str) -> tuple[int, Any, str]:
+    if isinstance(name, int) or (isinstance(name, str) and name.isdigit()):
+        return (0, int(name), address)
+    return (1, str(name), address)

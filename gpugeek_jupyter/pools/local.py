@@ -1,0 +1,143 @@
+"""The ``local`` backend: a real dask ``LocalCluster`` on this machine.
+
+One single-threaded worker process per rank for ``cpu``; dask-cuda's ``LocalCUDACluster`` (one worker
+per GPU) when NVML finds GPUs of the asked type. Everything binds to loopback unless configured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..catalog import load_catalog
+from ..config import get_config
+from ..errors import BackendUnavailableError, PoolStartError
+from ..nvml import discover_gpus
+from ._backend import ProgressCallback, RunningCluster, wait_for_workers
+
+if TYPE_CHECKING:
+    from ..spec import PoolSpec
+
+log = logging.getLogger(__name__)
+
+WORKER_PRELOAD = "gpugeek_jupyter.pools.worker_preload"
+
+# Dask's nanny puts these into the environment of every worker *and* of the process that creates
+# the cluster (the user's kernel). MALLOC_TRIM_THRESHOLD_=65536 costs a training loop ~20%, so we
+# drop it; the thread caps move to the worker-only environment, which torchrun sets for ranks too.
+_PRE_SPAWN_ENVIRON: dict[str, Any] = {
+    "MALLOC_TRIM_THRESHOLD_": None,
+    "OMP_NUM_THREADS": None,
+    "MKL_NUM_THREADS": None,
+    "OPENBLAS_NUM_THREADS": None,
+}
+_WORKER_ENVIRON = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+@contextlib.contextmanager
+def worker_environment() -> Iterator[None]:
+    """Dask config under which pool workers (and their nanny restarts) are created."""
+    import dask
+
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": _PRE_SPAWN_ENVIRON}):
+        yield
+
+
+class LocalBackend:
+    name = "local"
+
+    def start(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
+        gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
+        if gpu.is_cpu:
+            return self._start_cpu(spec, on_progress, start_timeout)
+        return self._start_gpu(spec, on_progress, start_timeout)
+
+    def _worker_kwargs(self) -> dict[str, Any]:
+        config = get_config()
+        return {
+            "death_timeout": config.worker_death_timeout,
+            "preload": [WORKER_PRELOAD],
+            "env": dict(_WORKER_ENVIRON),
+        }
+
+    def _start_cpu(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
+        from distributed import Client, LocalCluster
+
+        config = get_config()
+        with worker_environment():
+            try:
+                cluster = LocalCluster(
+                    name=spec.name,
+                    n_workers=0,
+                    threads_per_worker=1,
+                    processes=True,
+                    host=config.bind_host,
+                    dashboard_address=f"{config.bind_host}:0",
+                    scheduler_kwargs={"idle_timeout": None},
+                    **self._worker_kwargs(),
+                )
+            except Exception as e:
+                raise PoolStartError(f"could not start a local dask scheduler for pool '{spec.name}': {e}") from e
+            try:
+                client = Client(cluster, set_as_default=False)
+                cluster.scale(spec.count)
+                wait_for_workers(client, spec.count, on_progress, start_timeout, f"pool '{spec.name}'")
+            except BaseException:
+                cluster.close(timeout=10)
+                raise
+        return RunningCluster(
+            client=client,
+            scheduler_address=cluster.scheduler_address,
+            dashboard_link=cluster.dashboard_link,
+            cluster=cluster,
+        )
+
+    def _start_gpu(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
+        catalog = load_catalog(get_config().price_file or None)
+        gpu = catalog.gpu(spec.gpu_type)
+        found = discover_gpus()
+        matching = [d for d in found.devices if gpu.matches_nvml_name(d.name)]
+        if len(matching) < spec.count:
+            raise BackendUnavailableError(
+                f"--gpu-type {spec.gpu_type} --count {spec.count} asks for {spec.count} x {spec.gpu_type}, "
+                f"but this machine has {found.describe()} "
+                f"(use --gpu-type cpu here, or --backend kubernetes / --backend address for a cluster that has them)"
+            )
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError as e:
+            raise BackendUnavailableError(
+                "GPU pools on one machine need dask-cuda (pip install 'gpugeek-jupyter[gpu]')"
+            ) from e
+        from distributed import Client
+
+        config = get_config()
+        devices = ",".join(str(d.index) for d in matching[: spec.count])
+        with worker_environment():
+            try:
+                cluster = LocalCUDACluster(
+                    name=spec.name,
+                    CUDA_VISIBLE_DEVICES=devices,
+                    n_workers=spec.count,
+                    threads_per_worker=1,
+                    host=config.bind_host,
+                    dashboard_address=f"{config.bind_host}:0",
+                    **self._worker_kwargs(),
+                )
+            except Exception as e:
+                raise PoolStartError(f"could not start dask-cuda workers for pool '{spec.name}': {e}") from e
+            try:
+                client = Client(cluster, set_as_default=False)
+                wait_for_workers(client, spec.count, on_progress, start_timeout, f"pool '{spec.name}'")
+            except BaseException:
+                cluster.close(timeout=10)
+                raise
+        return RunningCluster(
+            client=client,
+            scheduler_address=cluster.scheduler_address,
+            dashboard_link=cluster.dashboard_link,
+            cluster=cluster,
+            extra={"cuda_visible_devices": devices},
+        )

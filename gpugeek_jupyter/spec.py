@@ -1,0 +1,240 @@
+"""``PoolSpec``: what a user asks for, validated once, in one place.
+
+Magics, the Python API and the server's launch route all build a spec with :func:`PoolSpec.create`,
+so one rule gives one message everywhere. Every message names the bad value and a valid example.
+
+>>> PoolSpec.create(gpu_type="cpu", count="2", name="dev").count
+2
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from .catalog import load_catalog
+from .config import BACKENDS, get_config
+from .errors import SpecError
+
+MAX_COUNT = 1024
+NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1123 label, usable on Kubernetes
+ADDRESS_PATTERN = re.compile(r"^(tcp|tls|ucx|inproc)://[^\s/]+$")
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """A validated request for a pool. Build it with :meth:`create`."""
+
+    name: str
+    gpu_type: str
+    count: int
+    interconnect: str
+    framework: str
+    backend: str
+    spot_fraction: float = 0.0
+    budget: float | None = None
+    idle_timeout: float | None = None  # minutes; None = the configured default
+    price: float | None = None  # USD per GPU-hour override (all workers)
+    address: str | None = None  # for backend=address
+    namespace: str | None = None  # for backend=kubernetes
+    image: str | None = None  # for backend=kubernetes; default from the framework
+    base_pricing: str = "on_demand"  # how the non-spot workers are priced: on_demand or reserved
+
+    @property
+    def spot_workers(self) -> int:
+        # round half up, so 0.7 x 5 = 3.5 -> 4 spot (Python's round() would give banker's rounding)
+        return int(math.floor(self.spot_fraction * self.count + 0.5))
+
+    @property
+    def reserved_workers(self) -> int:
+        return self.count - self.spot_workers
+
+    def pricing_of_worker(self, index: int) -> str:
+        """'spot' for the first ``spot_workers`` workers, ``base_pricing`` for the rest."""
+        return "spot" if index < self.spot_workers else self.base_pricing
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PoolSpec:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def with_name(self, name: str) -> PoolSpec:
+        return replace(self, name=_check_name(name))
+
+    @classmethod
+    def create(
+        cls,
+        gpu_type: Any = "cpu",
+        count: Any = 1,
+        interconnect: Any = None,
+        framework: Any = None,
+        backend: Any = None,
+        spot_fraction: Any = 0.0,
+        budget: Any = None,
+        idle_timeout: Any = None,
+        name: Any = None,
+        price: Any = None,
+        address: Any = None,
+        namespace: Any = None,
+        image: Any = None,
+        base_pricing: Any = None,
+        price_file: str | None = None,
+    ) -> PoolSpec:
+        """Validate raw values (strings from a magic or JSON from the panel) into a spec."""
+        config = get_config()
+        catalog = load_catalog(price_file if price_file is not None else config.price_file or None)
+        gpu = catalog.gpu(gpu_type if gpu_type not in (None, "") else "cpu")
+        count_value = _check_count(count)
+        backend_value = _check_backend(backend if backend not in (None, "") else config.default_backend)
+        interconnect_value = _check_interconnect(interconnect, gpu.name, gpu.interconnects)
+        framework_value = framework if framework not in (None, "") else catalog.default_framework
+        catalog.image_for(framework_value)  # validates
+        address_value = _check_address(address, backend_value)
+        namespace_value = _check_namespace(namespace, backend_value, config.kubernetes_namespace)
+        pool_name = _check_name(name) if name not in (None, "") else _generated_name(gpu.name)
+        return cls(
+            name=pool_name,
+            gpu_type=gpu.name,
+            count=count_value,
+            interconnect=interconnect_value,
+            framework=framework_value,
+            backend=backend_value,
+            spot_fraction=_check_fraction(spot_fraction),
+            budget=_check_nonnegative(budget, "budget", "--budget 200", allow_none=True),
+            idle_timeout=_check_nonnegative(idle_timeout, "idle_timeout", "--idle-timeout 20", allow_none=True),
+            price=_check_nonnegative(price, "price", "--price 2.10", allow_none=True),
+            address=address_value,
+            namespace=namespace_value,
+            image=str(image) if image not in (None, "") else None,
+            base_pricing=_check_base_pricing(base_pricing),
+        )
+
+
+def _generated_name(gpu_type: str) -> str:
+    return f"{gpu_type.lower().replace('_', '-')}-{secrets.token_hex(2)}"
+
+
+def _check_name(name: Any) -> str:
+    text = str(name).strip()
+    if not NAME_PATTERN.match(text):
+        raise SpecError(
+            f"pool name '{name}' must be lowercase letters, digits and '-', 1-63 characters, "
+            f"starting and ending with a letter or digit (e.g. --name dev)",
+            field="name",
+        )
+    return text
+
+
+def _check_count(count: Any) -> int:
+    try:
+        value = int(str(count).strip())
+    except (TypeError, ValueError):
+        value = -1
+    if isinstance(count, float) and not count.is_integer():
+        value = -1
+    if isinstance(count, bool) or not 1 <= value <= MAX_COUNT:
+        raise SpecError(f"--count must be a whole number from 1 to {MAX_COUNT}, got '{count}' (e.g. --count 4)", field="count")
+    return value
+
+
+def _check_backend(backend: Any) -> str:
+    text = str(backend).strip().lower()
+    if text not in BACKENDS:
+        raise SpecError(
+            f"unknown backend '{backend}' (choose one of {', '.join(BACKENDS)}; e.g. --backend local)", field="backend"
+        )
+    return text
+
+
+def _check_interconnect(interconnect: Any, gpu_name: str, allowed: tuple[str, ...]) -> str:
+    if interconnect in (None, ""):
+        return allowed[0]
+    by_lower = {a.lower(): a for a in allowed}
+    value = by_lower.get(str(interconnect).strip().lower())
+    if value is None:
+        raise SpecError(
+            f"interconnect '{interconnect}' is not offered for {gpu_name} "
+            f"(choose one of {', '.join(allowed)}; e.g. --interconnect {allowed[0]})",
+            field="interconnect",
+        )
+    return value
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _check_fraction(value: Any) -> float:
+    if value in (None, ""):
+        return 0.0
+    number = _as_float(value)
+    if number is None or not 0.0 <= number <= 1.0:
+        raise SpecError(
+            f"--spot-fraction must be a number from 0 to 1, got '{value}' (e.g. --spot-fraction 0.7)", field="spot_fraction"
+        )
+    return number
+
+
+def _check_nonnegative(value: Any, field: str, example: str, allow_none: bool) -> float | None:
+    if value in (None, "") and allow_none:
+        return None
+    number = _as_float(value)
+    if number is None or number < 0:
+        flag = "--" + field.replace("_", "-")
+        raise SpecError(f"{flag} must be a number >= 0, got '{value}' (e.g. {example})", field=field)
+    return number
+
+
+def _check_base_pricing(value: Any) -> str:
+    if value in (None, ""):
+        return "on_demand"
+    text = str(value).strip().lower().replace("-", "_")
+    if text not in ("on_demand", "reserved"):
+        raise SpecError(
+            f"pricing '{value}' must be on-demand or reserved (e.g. --pricing reserved)", field="base_pricing"
+        )
+    return text
+
+
+def _check_address(address: Any, backend: str) -> str | None:
+    if backend != "address":
+        if address not in (None, ""):
+            raise SpecError(
+                f"--address '{address}' only applies to --backend address (e.g. --backend address --address tcp://10.0.0.5:8786)",
+                field="address",
+            )
+        return None
+    if address in (None, ""):
+        raise SpecError("--backend address needs --address (e.g. --address tcp://127.0.0.1:8786)", field="address")
+    text = str(address).strip()
+    if "://" not in text:
+        text = "tcp://" + text
+    if not ADDRESS_PATTERN.match(text) or not re.search(r":\d+$", text):
+        raise SpecError(
+            f"--address '{address}' is not a scheduler address (e.g. --address tcp://127.0.0.1:8786)", field="address"
+        )
+    return text
+
+
+def _check_namespace(namespace: Any, backend: str, default_namespace: str) -> str | None:
+    if backend != "kubernetes":
+        return None
+    text = str(namespace).strip() if namespace not in (None, "") else default_namespace
+    if not NAME_PATTERN.match(text):
+        raise SpecError(
+            f"namespace '{namespace}' must be a DNS-1123 label: lowercase letters, digits and '-' (e.g. --namespace team-risk)",
+            field="namespace",
+        )
+    return text

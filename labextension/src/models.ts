@@ -1,0 +1,129 @@
+/**
+ * JSON models exchanged with the gpugeek_jupyter server extension.
+ *
+ * Field names mirror the server's JSON keys exactly, so a response can be
+ * used without translation.
+ */
+
+export type PoolStatus =
+  | 'starting'
+  | 'ready'
+  | 'stopping'
+  | 'stopped'
+  | 'failed'
+  | 'lost';
+
+export type PoolBackend = 'local' | 'kubernetes' | 'address';
+
+export type JobStatus =
+  | 'pending'
+  | 'running'
+  | 'succeeded'
+  | 'failed'
+  | 'cancelled';
+
+/** One pool, as `GET /gpugeek/pools` lists it. */
+export interface IPoolModel {
+  name: string;
+  status: PoolStatus;
+  backend: PoolBackend;
+  gpu_type: string;
+  count: number;
+  workers_ready: number;
+  spot_workers: number;
+  reserved_workers: number;
+  usd_per_hour: number;
+  usd_so_far: number;
+  budget_usd: number | null;
+  /** usd_so_far / budget_usd; null without a budget. */
+  budget_fraction: number | null;
+  /** Mean streaming-multiprocessor utilisation in percent (0..100). */
+  mean_sm_util: number | null;
+  /** Recent mean SM utilisation in percent, oldest first; may be empty. */
+  sm_util_history: number[];
+  dashboard_link: string | null;
+  scheduler_address: string;
+  /** Who created the pool: "kernel <id>", "server" or "pid N". */
+  owner: string;
+  namespace: string | null;
+  created_at: string;
+  /** Why the pool is failed/lost, or why telemetry is missing. */
+  reason: string | null;
+}
+
+/** One distributed job, as `GET /gpugeek/jobs` lists it. */
+export interface IJobModel {
+  id: string;
+  pool: string;
+  status: JobStatus;
+  ranks: number;
+  started_at: string | null;
+  ended_at: string | null;
+  duration_s: number | null;
+  usd: number | null;
+  failure_reason: string | null;
+  code_sha256: string | null;
+  hyperparams: Record<string, unknown>;
+}
+
+export interface IGpuPrices {
+  on_demand: number;
+  spot: number;
+  reserved: number;
+}
+
+export interface IGpuType {
+  name: string;
+  memory_gb: number;
+  interconnects: string[];
+  /** USD per GPU-hour. */
+  prices: IGpuPrices;
+}
+
+/** `GET /gpugeek/catalog`. */
+export interface ICatalog {
+  gpu_types: IGpuType[];
+  backends: PoolBackend[];
+  defaults: Partial<ILaunchRequest> & Record<string, unknown>;
+}
+
+/** Body of `POST /gpugeek/pools`. */
+export interface ILaunchRequest {
+  gpu_type: string;
+  count: number;
+  backend: PoolBackend;
+  spot_fraction: number;
+  /** USD cap for the pool; null for no cap. */
+  budget: number | null;
+  /** Minutes without work before the pool stops itself; 0 never stops. */
+  idle_timeout: number;
+  name: string;
+  interconnect?: string;
+}
+
+/** `GET /gpugeek/pools/{name}/metrics`. */
+export interface IPoolMetrics {
+  samples: Record<string, unknown>[];
+  /** Why there are no samples (for example no NVML on the workers). */
+  reason: string | null;
+}
+
+export const POOL_STATUSES: readonly PoolStatus[] = [
+  'starting',
+  'ready',
+  'stopping',
+  'stopped',
+  'failed',
+  'lost'
+];
+
+export const DEFAULT_BACKENDS: readonly PoolBackend[] = [
+  'local',
+  'address',
+  'kubernetes'
+];
+
+/** Statuses from which a pool can no longer be stopped. */
+export function isPoolFinished(status: PoolStatus): boolean {
+  return status === 'stopping' || status === 'stopped';
+}
