@@ -42,6 +42,10 @@ class RunningCluster:
 class Backend(Protocol):
     name: str
 
+    def preflight(self, spec: PoolSpec) -> None:
+        """Raise a GpugeekError now if ``spec`` cannot work here (before anything is registered)."""
+        ...
+
     def start(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
         """Start (or attach to) the cluster for ``spec``; raise a GpugeekError subclass on failure."""
         ...

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config import get_config
 from ..cost.rates import prices_in_force
-from ..errors import GpugeekError, NotFoundError, PoolStartError, SpecError
+from ..errors import ConflictError, GpugeekError, PoolStartError, SpecError
 from ..spec import PoolSpec
 from ..store import PoolRecord, PoolStatus, Registry, get_registry
 from ._backend import Backend, ProgressCallback, RunningCluster
@@ -81,6 +81,9 @@ class PoolManager:
         self._heartbeat_thread: threading.Thread | None = None
         self._stop_event = threading.Event()
         self.on_stopped: list[StatusCallback] = []  # adapters (widgets) subscribe here
+        # Called on the heartbeat thread for each owned, live pool after its beat (budget and idle
+        # watchers, telemetry flushes). A hook must be quick and must not raise.
+        self.heartbeat_hooks: list[Callable[[PoolManager, Pool], None]] = []
         atexit.register(self.shutdown)
 
     # -- queries ---------------------------------------------------------------------------------
@@ -100,9 +103,18 @@ class PoolManager:
         return self.attach(name)
 
     # -- launch ----------------------------------------------------------------------------------
+    def ensure_name_free(self, name: str) -> None:
+        """ConflictError if a live pool already has ``name`` (launch checks again, atomically)."""
+        self.registry.mark_lost_pools(get_config().lost_after_seconds)
+        if any(p.name == name for p in self.registry.list_pools(live_only=True)):
+            raise ConflictError(
+                f"a pool named '{name}' is already running (stop it with %gpugeek_stop {name}, or pick another --name)"
+            )
+
     def launch(self, spec: PoolSpec, on_progress: ProgressCallback | None = None) -> Pool:
         """Start a pool for ``spec``, register it and make it the current pool."""
         backend = backend_for(spec.backend)
+        backend.preflight(spec)
         config = get_config()
         self.registry.mark_lost_pools(config.lost_after_seconds)  # frees names held by dead kernels
         record = self.registry.add_pool(
@@ -253,6 +265,11 @@ class PoolManager:
                 self._stop_owned(pool, "stop requested from another process")
                 continue
             self._sync_workers(pool.name)
+            for hook in list(self.heartbeat_hooks):
+                try:
+                    hook(self, pool)
+                except Exception as e:
+                    log.warning("heartbeat hook %s failed for pool %s: %s", getattr(hook, "__name__", hook), pool.name, e)
 
     def _sync_workers(self, name: str) -> None:
         with self._lock:

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 class AddressBackend:
     name = "address"
 
+    def preflight(self, spec: PoolSpec) -> None:
+        """The address was validated by PoolSpec; reachability is checked by start()."""
+
     def start(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
         from distributed import Client
 

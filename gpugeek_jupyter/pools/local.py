@@ -48,6 +48,24 @@ def worker_environment() -> Iterator[None]:
 class LocalBackend:
     name = "local"
 
+    def preflight(self, spec: PoolSpec) -> None:
+        gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
+        if not gpu.is_cpu:
+            self._matching_devices(spec)
+
+    def _matching_devices(self, spec: PoolSpec) -> str:
+        """CUDA_VISIBLE_DEVICES for the pool; BackendUnavailableError listing what is here otherwise."""
+        gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
+        found = discover_gpus()
+        matching = [d for d in found.devices if gpu.matches_nvml_name(d.name)]
+        if len(matching) < spec.count:
+            raise BackendUnavailableError(
+                f"--gpu-type {spec.gpu_type} --count {spec.count} needs {spec.count} x {spec.gpu_type}, "
+                f"but this machine has {found.describe()}; use --gpu-type cpu here, "
+                f"or --backend kubernetes / --backend address for a cluster that has them"
+            )
+        return ",".join(str(d.index) for d in matching[: spec.count])
+
     def start(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
         gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
         if gpu.is_cpu:
@@ -95,16 +113,7 @@ class LocalBackend:
         )
 
     def _start_gpu(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
-        catalog = load_catalog(get_config().price_file or None)
-        gpu = catalog.gpu(spec.gpu_type)
-        found = discover_gpus()
-        matching = [d for d in found.devices if gpu.matches_nvml_name(d.name)]
-        if len(matching) < spec.count:
-            raise BackendUnavailableError(
-                f"--gpu-type {spec.gpu_type} --count {spec.count} asks for {spec.count} x {spec.gpu_type}, "
-                f"but this machine has {found.describe()} "
-                f"(use --gpu-type cpu here, or --backend kubernetes / --backend address for a cluster that has them)"
-            )
+        devices = self._matching_devices(spec)
         try:
             from dask_cuda import LocalCUDACluster
         except ImportError as e:
@@ -114,7 +123,6 @@ class LocalBackend:
         from distributed import Client
 
         config = get_config()
-        devices = ",".join(str(d.index) for d in matching[: spec.count])
         with worker_environment():
             try:
                 cluster = LocalCUDACluster(

@@ -1,0 +1,187 @@
+"""Pool magics: ``%gpugeek_launch``, ``%gpugeek_pools``, ``%gpugeek_use``, ``%gpugeek_stop``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.display import display
+
+from ..pools import get_pool_manager, list_pools
+from ..spec import PoolSpec
+from ._common import kernel_owner, parse_options, usage_errors
+
+
+def pool_table(records: list[Any]) -> Any:
+    """A pandas DataFrame with one row per pool record."""
+    import datetime as dt
+
+    import pandas as pd
+
+    rows = [
+        {
+            "name": r.name,
+            "status": r.status.value,
+            "backend": r.backend,
+            "gpus": f"{r.count} x {r.gpu_type}",
+            "owner": r.owner,
+            "created": dt.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+            "dashboard": r.dashboard_link or "",
+            "reason": r.reason or "",
+        }
+        for r in records
+    ]
+    return pd.DataFrame(rows, columns=["name", "status", "backend", "gpus", "owner", "created", "dashboard", "reason"])
+
+
+@magics_class
+class PoolMagics(Magics):
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        get_pool_manager().owner = kernel_owner()
+
+    @magic_arguments()
+    @argument("--gpu-type", default="cpu", help="GPU type from the catalog (cpu, T4, L4, L40S, A100-40GB, A100-80GB, H100-80GB, H200-141GB)")
+    @argument("--count", default="1", help="number of GPUs (cpu: worker processes), one rank each")
+    @argument("--interconnect", default=None, help="NVLink, PCIe, InfiniBand... (default: the type's first)")
+    @argument("--framework", default=None, help='framework image, e.g. "PyTorch 2.0" (kubernetes)')
+    @argument("--backend", default=None, help="local (default), kubernetes or address")
+    @argument("--name", default=None, help="pool name (lowercase, digits, '-'); generated when omitted")
+    @argument("--spot-fraction", default=None, help="share of workers on spot prices, 0..1 (e.g. 0.7)")
+    @argument("--pricing", default=None, help="price of the non-spot workers: on-demand (default) or reserved")
+    @argument("--budget", default=None, help="USD; the pool stops when it has spent this much")
+    @argument("--idle-timeout", default=None, help="minutes idle before the pool stops itself")
+    @argument("--price", default=None, help="USD per GPU-hour, overriding the catalog for this pool")
+    @argument("--address", default=None, help="scheduler address for --backend address (tcp://host:8786)")
+    @argument("--namespace", default=None, help="Kubernetes namespace for --backend kubernetes")
+    @argument("--image", default=None, help="container image for --backend kubernetes (overrides --framework)")
+    @argument("--dry-run", action="store_true", help="print what would be created (kubernetes manifests) and stop")
+    @argument("--quiet", action="store_true", help="no pool card")
+    @line_magic
+    def gpugeek_launch(self, line: str) -> Any:
+        """Launch a pool of GPU (or CPU) workers and make it the current pool.
+
+        Examples::
+
+            In [1]: %gpugeek_launch --gpu-type cpu --count 2 --name dev
+            In [2]: %gpugeek_launch --gpu-type A100-80GB --count 4 --interconnect NVLink --framework "PyTorch 2.0"
+            In [3]: %gpugeek_launch --backend address --address tcp://10.0.0.5:8786 --count 8 --gpu-type H100-80GB
+            In [4]: %gpugeek_launch --backend kubernetes --namespace team-risk --gpu-type A100-80GB --count 8 --dry-run
+
+        Out: a pool card (name, backend, GPUs, workers ready, status, dashboard link, USD per hour);
+        the pool is returned, and ``gpugeek_jupyter.current_pool()`` gives it later.
+        """
+        args = parse_options(self.gpugeek_launch, line, "--gpu-type cpu --count 2 --name dev")
+        with usage_errors():
+            spec = PoolSpec.create(
+                gpu_type=args.gpu_type,
+                count=args.count,
+                interconnect=args.interconnect,
+                framework=args.framework,
+                backend=args.backend,
+                spot_fraction=args.spot_fraction,
+                budget=args.budget,
+                idle_timeout=args.idle_timeout,
+                name=args.name,
+                price=args.price,
+                address=args.address,
+                namespace=args.namespace,
+                image=args.image,
+                base_pricing=args.pricing,
+            )
+            if args.dry_run:
+                return self._dry_run(spec)
+            return self._launch(spec, quiet=args.quiet)
+
+    def _dry_run(self, spec: PoolSpec) -> None:
+        if spec.backend != "kubernetes":
+            raise UsageError(
+                f"--dry-run shows Kubernetes manifests; it needs --backend kubernetes, got --backend {spec.backend} "
+                f"(e.g. %gpugeek_launch --backend kubernetes --gpu-type A100-80GB --count 8 --dry-run)"
+            )
+        from ..pools.k8s_manifest import render_manifests
+
+        print(render_manifests(spec))
+        return None
+
+    def _launch(self, spec: PoolSpec, quiet: bool) -> Any:
+        from ..cost.rates import hourly_rate, prices_in_force
+
+        manager = get_pool_manager()
+        manager.ensure_name_free(spec.name)  # before a card is shown for a pool that cannot start
+        card = None
+        if not quiet:
+            from ..widgets.pool_card import PoolCard
+
+            card = PoolCard(spec, usd_per_hour=hourly_rate(spec, prices_in_force(spec)))
+            display(card)
+        try:
+            pool = manager.launch(spec, on_progress=card.set_progress if card else None)
+        except BaseException as e:
+            if card is not None:
+                card.set_status("failed", str(e).splitlines()[0] if str(e) else type(e).__name__)
+            raise
+        if card is not None:
+            card.set_running(pool.dashboard_link, pool.usd_per_hour)
+            manager.on_stopped.append(lambda stopped: stopped is pool and card.set_status("stopped"))
+        return pool
+
+    @magic_arguments()
+    @argument("--live", action="store_true", help="only pools that are starting, ready or stopping")
+    @line_magic
+    def gpugeek_pools(self, line: str) -> Any:
+        """A table of every pool in the registry, whoever made it (notebooks, the side panel, scripts).
+
+        Example::
+
+            In [1]: %gpugeek_pools
+            Out[1]:   name  status backend       gpus  owner ...
+                    0  dev   ready   local  2 x cpu  kernel 3f2a...
+        """
+        args = parse_options(self.gpugeek_pools, line, "--live")
+        with usage_errors():
+            return pool_table(list_pools(live_only=args.live))
+
+    @magic_arguments()
+    @argument("name", help="name of a running pool (see %%gpugeek_pools)")
+    @line_magic
+    def gpugeek_use(self, line: str) -> Any:
+        """Make pool NAME the current one (attaching to it if another kernel or the server launched it).
+
+        Example::
+
+            In [1]: %gpugeek_use dev
+        """
+        args = parse_options(self.gpugeek_use, line, "dev")
+        with usage_errors():
+            pool = get_pool_manager().use(args.name)
+        print(f"using pool '{pool.name}' ({pool.spec.count} x {pool.spec.gpu_type}, {pool.spec.backend})")
+        return None
+
+    @magic_arguments()
+    @argument("name", nargs="?", default=None, help="name of the pool to stop")
+    @argument("--all", action="store_true", help="stop every pool this kernel launched or uses")
+    @line_magic
+    def gpugeek_stop(self, line: str) -> None:
+        """Stop pool NAME (any owner: another kernel's pool is asked to stop) or, with --all, this kernel's pools.
+
+        Examples::
+
+            In [1]: %gpugeek_stop dev
+            stopped pool 'dev'
+            In [2]: %gpugeek_stop --all
+        """
+        args = parse_options(self.gpugeek_stop, line, "dev")
+        if bool(args.name) == bool(args.all):
+            raise UsageError("name one pool or pass --all, not both and not neither (e.g. %gpugeek_stop dev)")
+        manager = get_pool_manager()
+        with usage_errors():
+            if args.all:
+                names = manager.stop_all()
+                print(f"stopped {len(names)} pool(s): {', '.join(names)}" if names else "no pool to stop")
+                return
+            record = manager.stop(args.name)
+        print(f"stopped pool '{record.name}' ({record.status.value})")
+

@@ -1,0 +1,62 @@
+"""Shared fixtures: an isolated registry per test, and real local pools."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def isolated_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test gets its own registry file and fresh settings, also in subprocesses it starts."""
+    from gpugeek_jupyter import config, store
+    from gpugeek_jupyter.pools import _manager
+
+    path = tmp_path_factory.mktemp("registry") / "gpugeek.sqlite"
+    monkeypatch.setenv("GPUGEEK_REGISTRY", str(path))
+    monkeypatch.setenv("GPUGEEK_HEARTBEAT", "0.5")
+    config.set_config(None)
+    _manager._manager = None
+    yield path
+    if _manager._manager is not None:
+        _manager._manager.shutdown()
+        _manager._manager = None
+    config.set_config(None)
+    store._registries.clear()
+
+
+@pytest.fixture
+def cpu_pool() -> Iterator[object]:
+    """A real 2-worker local cpu pool, stopped after the test."""
+    import gpugeek_jupyter
+
+    pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, name="test-pool")
+    yield pool
+    if pool.status.is_live:
+        pool.stop()
+
+
+@pytest.fixture
+def python_executable() -> str:
+    return sys.executable
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from gpugeek_jupyter.nvml import discover_gpus
+
+    found = discover_gpus()
+    skip_gpu = pytest.mark.skip(reason=f"needs an NVIDIA GPU: {found.reason}") if not found.devices else None
+    skip_k8s = None
+    if not os.environ.get("KUBECONFIG"):
+        skip_k8s = pytest.mark.skip(reason="needs KUBECONFIG pointing at a cluster with the dask-kubernetes operator")
+    for item in items:
+        if skip_gpu and "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+        if skip_k8s and "k8s" in item.keywords:
+            item.add_marker(skip_k8s)

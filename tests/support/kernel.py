@@ -1,0 +1,95 @@
+"""A real IPython kernel, started with jupyter_client, for testing magics as a user meets them."""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class CellResult:
+    stdout: str = ""
+    stderr: str = ""
+    error: dict[str, Any] | None = None  # ename, evalue, traceback of an execute error
+    displays: list[dict[str, Any]] = field(default_factory=list)  # display_data / execute_result bundles
+    status: str = ""
+
+    @property
+    def text(self) -> str:
+        """Everything a user would read: streams, plain-text displays and the error."""
+        parts = [self.stdout, self.stderr]
+        parts += [d.get("text/plain", "") for d in self.displays]
+        if self.error:
+            parts.append(f"{self.error['ename']}: {self.error['evalue']}")
+        return "\n".join(p for p in parts if p)
+
+
+class KernelSession:
+    """Start a python3 kernel with the test's environment; run cells; shut it down."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        kernel_env = dict(os.environ)
+        kernel_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), kernel_env.get("PYTHONPATH", "")]))
+        kernel_env.update(env or {})
+        self.manager = KernelManager(kernel_name="python3")
+        # jupyter_client runs a kernelspec's "python" as sys.executable: the kernel uses this venv
+        self.manager.start_kernel(env=kernel_env)
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=60)
+
+    @property
+    def pid(self) -> int:
+        return self.manager.provisioner.process.pid  # type: ignore[union-attr]
+
+    def execute(self, code: str, timeout: float = 120.0) -> str:
+        """Send a cell without waiting; returns the message id (collect with ``collect``)."""
+        return self.client.execute(code, allow_stdin=False)
+
+    def collect(self, msg_id: str, timeout: float = 120.0) -> CellResult:
+        result = CellResult()
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"cell did not finish within {timeout} s; output so far:\n{result.text}")
+            try:
+                msg = self.client.get_iopub_msg(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                if content["name"] == "stdout":
+                    result.stdout += content["text"]
+                else:
+                    result.stderr += content["text"]
+            elif kind in ("display_data", "execute_result", "update_display_data"):
+                result.displays.append(content["data"])
+            elif kind == "error":
+                result.error = {"ename": content["ename"], "evalue": content["evalue"], "traceback": content["traceback"]}
+            elif kind == "status" and content["execution_state"] == "idle":
+                return result
+
+    def run(self, code: str, timeout: float = 120.0) -> CellResult:
+        return self.collect(self.execute(code), timeout)
+
+    def shutdown(self) -> None:
+        try:
+            self.client.stop_channels()
+        finally:
+            if self.manager.has_kernel:
+                self.manager.shutdown_kernel(now=False)
+
+    def kill(self) -> None:
+        self.client.stop_channels()
+        self.manager.kill_kernel()
