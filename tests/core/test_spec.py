@@ -1,0 +1,68 @@
+"""PoolSpec validation: every bad value gets one line naming it and a valid example."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpugeek_jupyter.errors import SpecError
+from gpugeek_jupyter.spec import PoolSpec
+
+
+def test_valid_spec_normalises_strings_from_a_magic_line() -> None:
+    spec = PoolSpec.create(gpu_type="a100-80gb", count="4", interconnect="nvlink", framework="PyTorch 2.0",
+                           backend="LOCAL", spot_fraction="0.7", budget="200", idle_timeout="20", name="train")
+    assert (spec.gpu_type, spec.count, spec.interconnect, spec.backend) == ("A100-80GB", 4, "NVLink", "local")
+    assert (spec.spot_fraction, spec.budget, spec.idle_timeout, spec.name) == (0.7, 200.0, 20.0, "train")
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "bad_value", "example"),
+    [
+        ({"count": "0"}, "count", "'0'", "--count 4"),
+        ({"count": "two"}, "count", "'two'", "--count 4"),
+        ({"count": 2.5}, "count", "'2.5'", "--count 4"),
+        ({"count": "5000"}, "count", "'5000'", "--count 4"),
+        ({"gpu_type": "V100"}, "gpu_type", "'V100'", "--gpu-type A100-80GB"),
+        ({"backend": "slurm"}, "backend", "'slurm'", "--backend local"),
+        ({"spot_fraction": "1.5"}, "spot_fraction", "'1.5'", "--spot-fraction 0.7"),
+        ({"spot_fraction": "nan"}, "spot_fraction", "'nan'", "--spot-fraction 0.7"),
+        ({"budget": "-1"}, "budget", "'-1'", "--budget 200"),
+        ({"idle_timeout": "soon"}, "idle_timeout", "'soon'", "--idle-timeout 20"),
+        ({"name": "My Pool"}, "name", "'My Pool'", "--name dev"),
+        ({"name": "-dev"}, "name", "'-dev'", "--name dev"),
+        ({"gpu_type": "T4", "interconnect": "NVLink"}, "interconnect", "'NVLink'", "--interconnect PCIe"),
+        ({"framework": "TensorFlow 1"}, "framework", "'TensorFlow 1'", "--framework"),
+        ({"backend": "address"}, "address", "--address", "--address tcp://127.0.0.1:8786"),
+        ({"backend": "address", "address": "not an address"}, "address", "'not an address'", "--address tcp://"),
+        ({"address": "tcp://1.2.3.4:8786"}, "address", "'tcp://1.2.3.4:8786'", "--backend address"),
+        ({"backend": "kubernetes", "namespace": "Team_Risk"}, "namespace", "'Team_Risk'", "--namespace team-risk"),
+        ({"price": "-2"}, "price", "'-2'", "--price 2.10"),
+        ({"base_pricing": "free"}, "base_pricing", "'free'", "--pricing reserved"),
+    ],
+)
+def test_invalid_value_is_named_with_an_example(options: dict, field: str, bad_value: str, example: str) -> None:
+    with pytest.raises(SpecError) as raised:
+        PoolSpec.create(**options)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert bad_value in message
+    assert example in message
+    assert raised.value.field == field
+
+
+def test_spot_fraction_rounds_half_up_and_labels_the_first_workers_spot() -> None:
+    spec = PoolSpec.create(count=5, spot_fraction=0.7, base_pricing="reserved")
+    assert (spec.spot_workers, spec.reserved_workers) == (4, 1)
+    assert [spec.pricing_of_worker(i) for i in range(5)] == ["spot"] * 4 + ["reserved"]
+    assert PoolSpec.create(count=10, spot_fraction=0.7).spot_workers == 7
+
+
+def test_generated_name_is_a_valid_kubernetes_label() -> None:
+    name = PoolSpec.create(gpu_type="H100-80GB").name
+    assert PoolSpec.create(name=name).name == name
+    assert name.startswith("h100-80gb-")
+
+
+def test_spec_round_trips_through_a_dict() -> None:
+    spec = PoolSpec.create(gpu_type="L4", count=3, spot_fraction=0.5, budget=10, name="x1")
+    assert PoolSpec.from_dict(spec.to_dict()) == spec
