@@ -89,7 +89,7 @@ class PoolSpec:
         """Validate raw values (strings from a magic or JSON from the panel) into a spec."""
         config = get_config()
         catalog = load_catalog(price_file if price_file is not None else config.price_file or None)
-        gpu = catalog.gpu(gpu_type if gpu_type not in (None, "") else "cpu")
+        gpu = catalog.gpu("cpu" if gpu_type is None else gpu_type)
         count_value = _check_count(count)
         backend_value = _check_backend(backend if backend not in (None, "") else config.default_backend)
         interconnect_value = _check_interconnect(interconnect, gpu.name, gpu.interconnects)

@@ -123,7 +123,7 @@ export const DEFAULT_BACKENDS: readonly PoolBackend[] = [
   'kubernetes'
 ];
 
-/** Statuses from which a pool can no longer be stopped. */
-export function isPoolFinished(status: PoolStatus): boolean {
-  return status === 'stopping' || status === 'stopped';
+/** Whether a Stop request still means something for a pool in `status`. */
+export function canStopPool(status: PoolStatus): boolean {
+  return status !== 'stopping' && status !== 'stopped';
 }

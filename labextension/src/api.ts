@@ -1,0 +1,147 @@
+/**
+ * Client for the gpugeek_jupyter server extension's REST routes.
+ *
+ * The transport is injected (`RequestFn`), so this module has no runtime
+ * dependency on JupyterLab and is tested with plain `Response` objects;
+ * `request.ts` supplies the real one built on `ServerConnection`.
+ */
+
+import {
+  ICatalog,
+  IJobModel,
+  ILaunchRequest,
+  IPoolMetrics,
+  IPoolModel
+} from './models';
+
+/** Sends a request to a path relative to the server's base URL. */
+export type RequestFn = (path: string, init: RequestInit) => Promise<Response>;
+
+/** The URL namespace of the server extension's routes. */
+export const API_NAMESPACE = 'gpugeek';
+
+/** A failed call: an HTTP error answer, or no answer at all (`status` 0). */
+export class GpugeekApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    /** The POST body key the server blamed, when it named one. */
+    readonly field: string | null = null,
+    /** A 404 that did not come from the extension: its routes are not loaded. */
+    readonly routeMissing = false
+  ) {
+    super(message);
+    this.name = 'GpugeekApiError';
+  }
+
+  /** True when the server did not answer (network down, server stopped). */
+  get isUnreachable(): boolean {
+    return this.status === 0;
+  }
+}
+
+export class GpugeekApi {
+  constructor(private readonly request: RequestFn) {}
+
+  async listPools(): Promise<IPoolModel[]> {
+    const body = await this.call<{ pools: IPoolModel[] }>('GET', 'pools');
+    return body.pools;
+  }
+
+  async launchPool(launch: ILaunchRequest): Promise<IPoolModel> {
+    const body = await this.call<{ pool: IPoolModel }>('POST', 'pools', launch);
+    return body.pool;
+  }
+
+  async stopPool(name: string): Promise<IPoolModel> {
+    const body = await this.call<{ pool: IPoolModel }>(
+      'DELETE',
+      `pools/${encodeURIComponent(name)}`
+    );
+    return body.pool;
+  }
+
+  async poolMetrics(name: string): Promise<IPoolMetrics> {
+    return this.call<IPoolMetrics>('GET', `pools/${encodeURIComponent(name)}/metrics`);
+  }
+
+  async listJobs(): Promise<IJobModel[]> {
+    const body = await this.call<{ jobs: IJobModel[] }>('GET', 'jobs');
+    return body.jobs;
+  }
+
+  async getJob(id: string): Promise<IJobModel> {
+    const body = await this.call<{ job: IJobModel }>('GET', `jobs/${encodeURIComponent(id)}`);
+    return body.job;
+  }
+
+  async getCatalog(): Promise<ICatalog> {
+    return this.call<ICatalog>('GET', 'catalog');
+  }
+
+  private async call<T>(method: string, route: string, payload?: unknown): Promise<T> {
+    const path = `${API_NAMESPACE}/${route}`;
+    const init: RequestInit = { method };
+    if (payload !== undefined) {
+      init.body = JSON.stringify(payload);
+      init.headers = { 'Content-Type': 'application/json' };
+    }
+    let response: Response;
+    try {
+      response = await this.request(path, init);
+    } catch (error) {
+      throw new GpugeekApiError(
+        `${method} /${path}: no answer from the Jupyter server (${describe(error)})`,
+        0
+      );
+    }
+    const text = await response.text();
+    const body = parseJson(text);
+    if (!response.ok) {
+      throw errorFromResponse(method, path, response, body);
+    }
+    if (body === undefined || body === null || typeof body !== 'object') {
+      throw new GpugeekApiError(
+        `${method} /${path} answered ${response.status} without a JSON object`,
+        response.status
+      );
+    }
+    return body as T;
+  }
+}
+
+function parseJson(text: string): unknown {
+  if (text === '') {
+    return undefined;
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+function errorFromResponse(
+  method: string,
+  path: string,
+  response: Response,
+  body: unknown
+): GpugeekApiError {
+  const json = (body && typeof body === 'object' ? body : {}) as {
+    message?: unknown;
+    field?: unknown;
+  };
+  const field = typeof json.field === 'string' ? json.field : null;
+  const message =
+    typeof json.message === 'string' && json.message !== ''
+      ? json.message
+      : `${method} /${path} answered ${response.status} ${response.statusText}`.trim();
+  // The extension always answers JSON; a 404 without a message comes from
+  // Jupyter Server itself, which has no such route.
+  const routeMissing = response.status === 404 && typeof json.message !== 'string';
+  return new GpugeekApiError(message, response.status, field, routeMissing);
+}

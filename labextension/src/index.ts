@@ -1,0 +1,132 @@
+/**
+ * gpugeek-jupyter: a left-sidebar panel listing every GPU pool the server
+ * knows (whoever launched it), with cost, utilisation, a launch form and
+ * the distributed jobs run on the pools.
+ */
+
+import {
+  ILabShell,
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { Widget } from '@lumino/widgets';
+
+import { GpugeekApi } from './api';
+import { CommandIDs } from './commands';
+import { gpuIcon } from './icons';
+import { insertPoolMagic, notebookOf, poolMagic } from './notebook';
+import { DEFAULT_REFRESH_PERIOD_SECONDS, GpugeekPanel, PANEL_ID } from './panel';
+import { makeServerRequest } from './request';
+
+const PLUGIN_ID = 'gpugeek-jupyter:plugin';
+const PALETTE_CATEGORY = 'GPU pools';
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'A side panel for GPU pools: launch, cost, utilisation, stop, and jobs.',
+  autoStart: true,
+  optional: [ISettingRegistry, ILayoutRestorer, ILabShell, ICommandPalette],
+  activate: (
+    app: JupyterFrontEnd,
+    settingRegistry: ISettingRegistry | null,
+    restorer: ILayoutRestorer | null,
+    labShell: ILabShell | null,
+    palette: ICommandPalette | null
+  ) => {
+    const panel = new GpugeekPanel({
+      api: new GpugeekApi(makeServerRequest()),
+      commands: app.commands
+    });
+    panel.title.icon = gpuIcon;
+    panel.title.caption = 'GPU pools';
+    app.shell.add(panel, 'left', { rank: 750 });
+    restorer?.add(panel, PANEL_ID);
+
+    const lastNotebook = trackLastNotebook(app, labShell);
+    addCommands(app, panel, lastNotebook);
+    if (palette) {
+      for (const command of [CommandIDs.showPanel, CommandIDs.refreshPools]) {
+        palette.addItem({ command, category: PALETTE_CATEGORY });
+      }
+    }
+
+    if (settingRegistry) {
+      void loadSettings(settingRegistry, panel);
+    }
+  }
+};
+
+function addCommands(
+  app: JupyterFrontEnd,
+  panel: GpugeekPanel,
+  lastNotebook: () => Widget | null
+): void {
+  app.commands.addCommand(CommandIDs.showPanel, {
+    label: 'Show GPU Pools Panel',
+    execute: () => app.shell.activateById(panel.id)
+  });
+  app.commands.addCommand(CommandIDs.refreshPools, {
+    label: 'Refresh GPU Pools',
+    execute: () => panel.refresh()
+  });
+  app.commands.addCommand(CommandIDs.stopPool, {
+    label: args => (args.name ? `Stop Pool ${args.name}` : 'Stop Pool'),
+    execute: args => panel.stopPool(String(args.name))
+  });
+  app.commands.addCommand(CommandIDs.usePool, {
+    label: args => (args.name ? `Use Pool ${args.name} in Notebook` : 'Use Pool in Notebook'),
+    execute: args => {
+      const name = String(args.name);
+      const widget = lastNotebook();
+      const notebook = notebookOf(widget);
+      if (!widget || !notebook) {
+        Notification.warning(`Open a notebook to use pool ${name}: run ${poolMagic(name)} in it.`, {
+          autoClose: 5000
+        });
+        return;
+      }
+      insertPoolMagic(notebook, name);
+      app.shell.activateById(widget.id);
+    }
+  });
+}
+
+/**
+ * The notebook "Use in notebook" writes into: the current main-area widget
+ * when it is a notebook, else the last notebook that was current.
+ */
+function trackLastNotebook(app: JupyterFrontEnd, labShell: ILabShell | null): () => Widget | null {
+  let last: Widget | null = null;
+  labShell?.currentChanged.connect((_, change) => {
+    if (notebookOf(change.newValue)) {
+      last = change.newValue;
+    }
+  });
+  return () => {
+    const current = app.shell.currentWidget;
+    if (notebookOf(current)) {
+      return current;
+    }
+    return last && !last.isDisposed ? last : null;
+  };
+}
+
+async function loadSettings(registry: ISettingRegistry, panel: GpugeekPanel): Promise<void> {
+  try {
+    const settings = await registry.load(PLUGIN_ID);
+    const apply = (): void => {
+      const seconds = settings.get('refreshPeriodSeconds').composite;
+      panel.refreshPeriodSeconds =
+        typeof seconds === 'number' ? seconds : DEFAULT_REFRESH_PERIOD_SECONDS;
+    };
+    apply();
+    settings.changed.connect(apply);
+  } catch (error) {
+    console.warn(`gpugeek: could not load settings for ${PLUGIN_ID}; using defaults`, error);
+  }
+}
+
+export default plugin;

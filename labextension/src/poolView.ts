@@ -1,0 +1,197 @@
+/**
+ * One row of the pools list.
+ */
+
+import { CommandRegistry } from '@lumino/commands';
+
+import { CommandIDs } from './commands';
+import { h, svg } from './dom';
+import {
+  budgetBar,
+  formatCapacitySplit,
+  formatGpuSummary,
+  formatTimestamp,
+  formatUsd,
+  formatUsdPerHour,
+  formatUtilisation,
+  sparklinePoints
+} from './format';
+import { canStopPool, IPoolMetrics, IPoolModel } from './models';
+
+const SPARKLINE_WIDTH = 120;
+const SPARKLINE_HEIGHT = 24;
+
+export interface IPoolRowState {
+  expanded: boolean;
+  /** Latest metrics for an expanded row, once fetched. */
+  metrics: IPoolMetrics | null;
+  /** A Stop request is in flight. */
+  stopping: boolean;
+}
+
+export interface IPoolRowOptions {
+  commands: CommandRegistry;
+  onToggleDetails: (name: string) => void;
+}
+
+export function renderPoolRow(
+  pool: IPoolModel,
+  state: IPoolRowState,
+  options: IPoolRowOptions
+): HTMLElement {
+  const { commands } = options;
+  const budget = budgetBar(pool);
+  const stopDisabled = state.stopping || !canStopPool(pool.status);
+  const stopButton = h('button', {
+    class: 'jp-mod-styled jp-mod-warn gpugeek-stop-button',
+    text: state.stopping || pool.status === 'stopping' ? 'Stopping…' : 'Stop',
+    title: `Stop pool ${pool.name}`,
+    on: {
+      click: () => void commands.execute(CommandIDs.stopPool, { name: pool.name })
+    }
+  });
+  stopButton.disabled = stopDisabled;
+
+  return h(
+    'div',
+    {
+      class: `gpugeek-pool-row gpugeek-pool-${pool.status}`,
+      data: { poolName: pool.name }
+    },
+    [
+      h('div', { class: 'gpugeek-pool-header' }, [
+        h('button', {
+          class: 'gpugeek-pool-name',
+          text: pool.name,
+          title: state.expanded ? 'Hide details' : 'Show details',
+          attrs: { 'aria-expanded': String(state.expanded) },
+          on: { click: () => options.onToggleDetails(pool.name) }
+        }),
+        h('span', {
+          class: `gpugeek-status gpugeek-status-${pool.status}`,
+          text: pool.status
+        })
+      ]),
+      h('div', { class: 'gpugeek-pool-line' }, [
+        h('span', { class: 'gpugeek-pool-gpus', text: formatGpuSummary(pool) }),
+        h('span', { class: 'gpugeek-pool-backend', text: pool.backend }),
+        h('span', {
+          class: 'gpugeek-pool-workers',
+          text: `${pool.workers_ready}/${pool.count} ready`
+        })
+      ]),
+      h('div', {
+        class: 'gpugeek-pool-line gpugeek-pool-capacity',
+        text: formatCapacitySplit(pool)
+      }),
+      h('div', { class: 'gpugeek-pool-line gpugeek-pool-cost' }, [
+        h('span', { class: 'gpugeek-usd-per-hour', text: formatUsdPerHour(pool.usd_per_hour) }),
+        h('span', {}, [
+          h('span', {
+            class: 'gpugeek-usd-so-far',
+            text: formatUsd(pool.usd_so_far),
+            data: { usd: String(pool.usd_so_far) }
+          }),
+          ' so far'
+        ])
+      ]),
+      budget &&
+        h('div', { class: `gpugeek-budget gpugeek-budget-${budget.level}`, title: budget.label }, [
+          h('div', { class: 'gpugeek-budget-track' }, [
+            h('div', {
+              class: 'gpugeek-budget-fill',
+              attrs: { style: `width: ${(budget.fill * 100).toFixed(1)}%` }
+            })
+          ]),
+          h('div', { class: 'gpugeek-budget-label', text: budget.label })
+        ]),
+      renderUtilisation(pool),
+      pool.reason && h('div', { class: 'gpugeek-pool-reason', text: pool.reason }),
+      h('div', { class: 'gpugeek-pool-actions' }, [
+        pool.dashboard_link &&
+          h('a', {
+            class: 'gpugeek-dashboard-link',
+            text: 'Dashboard',
+            title: 'Open the dask dashboard',
+            attrs: { href: pool.dashboard_link, target: '_blank', rel: 'noopener noreferrer' }
+          }),
+        h('button', {
+          class: 'jp-mod-styled gpugeek-use-button',
+          text: 'Use in notebook',
+          title: `Insert %gpugeek_use ${pool.name} into the current notebook`,
+          on: {
+            click: () => void commands.execute(CommandIDs.usePool, { name: pool.name })
+          }
+        }),
+        stopButton
+      ]),
+      state.expanded && renderDetails(pool, state.metrics)
+    ]
+  );
+}
+
+function renderUtilisation(pool: IPoolModel): HTMLElement {
+  const points = sparklinePoints(pool.sm_util_history ?? [], SPARKLINE_WIDTH, SPARKLINE_HEIGHT);
+  const samples = pool.sm_util_history?.length ?? 0;
+  return h('div', { class: 'gpugeek-pool-util' }, [
+    svg(
+      'svg',
+      {
+        class: 'gpugeek-sparkline',
+        width: String(SPARKLINE_WIDTH),
+        height: String(SPARKLINE_HEIGHT),
+        viewBox: `0 0 ${SPARKLINE_WIDTH} ${SPARKLINE_HEIGHT}`,
+        preserveAspectRatio: 'none',
+        role: 'img',
+        'aria-label': `SM utilisation, last ${samples} samples`
+      },
+      points ? [svg('polyline', { points, fill: 'none' })] : []
+    ),
+    h('span', {
+      class: 'gpugeek-sm-util',
+      text: `SM ${formatUtilisation(pool.mean_sm_util)}`,
+      title: 'Mean streaming-multiprocessor utilisation across the pool'
+    })
+  ]);
+}
+
+function renderDetails(pool: IPoolModel, metrics: IPoolMetrics | null): HTMLElement {
+  const rows: [string, string][] = [
+    ['Scheduler', pool.scheduler_address],
+    ['Owner', pool.owner],
+    ['Namespace', pool.namespace ?? '–'],
+    ['Created', formatTimestamp(pool.created_at)]
+  ];
+  const latest = metrics?.samples[metrics.samples.length - 1];
+  return h('div', { class: 'gpugeek-pool-details' }, [
+    renderKeyValues(rows),
+    metrics === null
+      ? h('div', { class: 'gpugeek-muted', text: 'Loading metrics…' })
+      : latest
+        ? h('div', { class: 'gpugeek-pool-metrics' }, [
+            h('div', {
+              class: 'gpugeek-muted',
+              text: `Latest of ${metrics.samples.length} samples`
+            }),
+            renderKeyValues(
+              Object.entries(latest).map(([key, value]) => [
+                key,
+                typeof value === 'string' ? value : JSON.stringify(value)
+              ])
+            )
+          ])
+        : h('div', {
+            class: 'gpugeek-muted',
+            text: metrics.reason ?? 'No metric samples yet.'
+          })
+  ]);
+}
+
+export function renderKeyValues(rows: [string, string][]): HTMLElement {
+  const list = h('dl', { class: 'gpugeek-key-values' });
+  for (const [key, value] of rows) {
+    list.appendChild(h('dt', { text: key }));
+    list.appendChild(h('dd', { text: value }));
+  }
+  return list;
+}

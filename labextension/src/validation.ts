@@ -1,0 +1,231 @@
+/**
+ * The launch form's rules, in one place.
+ *
+ * They repeat the server's checks so mistakes show while typing; the server
+ * stays the authority and its 400 answers are shown the same way. Messages
+ * state the rule, the bad value and a valid example.
+ */
+
+import {
+  DEFAULT_BACKENDS,
+  ICatalog,
+  ILaunchRequest,
+  PoolBackend
+} from './models';
+
+export const MAX_COUNT = 1024;
+
+/** A DNS-1123 label, so the name is valid for every backend, Kubernetes included. */
+export const POOL_NAME_PATTERN = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+
+/** The launch form's fields; each is named after its key in the POST body. */
+export type LaunchField = keyof ILaunchRequest;
+
+export const LAUNCH_FIELDS: readonly LaunchField[] = [
+  'gpu_type',
+  'interconnect',
+  'count',
+  'backend',
+  'spot_fraction',
+  'budget',
+  'idle_timeout',
+  'name'
+];
+
+/** Raw form input, one string per field as the inputs hold it. */
+export type ILaunchFormValues = Record<LaunchField, string>;
+
+export type IFieldErrors = Partial<Record<LaunchField, string>>;
+
+export interface IParsedLaunchForm {
+  /** Set only when `errors` is empty. */
+  request: ILaunchRequest | null;
+  errors: IFieldErrors;
+}
+
+export function isLaunchField(field: unknown): field is LaunchField {
+  return (LAUNCH_FIELDS as readonly unknown[]).includes(field);
+}
+
+function quoted(raw: string): string {
+  return `'${raw}'`;
+}
+
+function parseNumber(raw: string): number | null {
+  const text = raw.trim();
+  if (text === '') {
+    return null;
+  }
+  const value = Number(text);
+  return Number.isFinite(value) ? value : null;
+}
+
+export function validateCount(raw: string): string | null {
+  const text = raw.trim();
+  const value = /^\d+$/.test(text) ? Number(text) : NaN;
+  if (!(value >= 1 && value <= MAX_COUNT)) {
+    return `count must be a whole number from 1 to ${MAX_COUNT}, got ${quoted(raw)} (e.g. 4)`;
+  }
+  return null;
+}
+
+export function validateSpotFraction(raw: string): string | null {
+  const value = parseNumber(raw);
+  if (value === null || value < 0 || value > 1) {
+    return `spot_fraction must be a number from 0 to 1, got ${quoted(raw)} (e.g. 0.5)`;
+  }
+  return null;
+}
+
+/** An empty budget means no cap. */
+export function validateBudget(raw: string): string | null {
+  if (raw.trim() === '') {
+    return null;
+  }
+  const value = parseNumber(raw);
+  if (value === null || value < 0) {
+    return `budget must be a number of USD >= 0 (or empty for no cap), got ${quoted(raw)} (e.g. 25)`;
+  }
+  return null;
+}
+
+export function validateIdleTimeout(raw: string): string | null {
+  const value = parseNumber(raw);
+  if (value === null || value < 0) {
+    return `idle_timeout must be a number of minutes >= 0 (0 never stops), got ${quoted(raw)} (e.g. 30)`;
+  }
+  return null;
+}
+
+export function validateName(raw: string): string | null {
+  if (!POOL_NAME_PATTERN.test(raw)) {
+    return (
+      'name must be 1-63 lowercase letters, digits or "-", starting and ending ' +
+      `with a letter or digit, got ${quoted(raw)} (e.g. train-a100)`
+    );
+  }
+  return null;
+}
+
+export function validateGpuType(raw: string, catalog: ICatalog | null): string | null {
+  if (raw.trim() === '') {
+    return 'gpu_type is required (pick one from the list)';
+  }
+  if (catalog && !catalog.gpu_types.some(gpu => gpu.name === raw)) {
+    const example = catalog.gpu_types[0]?.name ?? 'A100';
+    return `gpu_type must be one of the catalog's GPU types, got ${quoted(raw)} (e.g. ${example})`;
+  }
+  return null;
+}
+
+export function validateBackend(raw: string, catalog: ICatalog | null): string | null {
+  const backends: readonly string[] = catalog?.backends ?? DEFAULT_BACKENDS;
+  if (!backends.includes(raw)) {
+    return `backend must be one of ${backends.join(', ')}, got ${quoted(raw)} (e.g. local)`;
+  }
+  return null;
+}
+
+/** An empty interconnect lets the server choose. */
+export function validateInterconnect(
+  raw: string,
+  gpuType: string,
+  catalog: ICatalog | null
+): string | null {
+  if (raw === '' || !catalog) {
+    return null;
+  }
+  const gpu = catalog.gpu_types.find(candidate => candidate.name === gpuType);
+  if (gpu && !gpu.interconnects.includes(raw)) {
+    const choices = gpu.interconnects.join(', ') || 'none';
+    return `interconnect for ${gpuType} must be one of ${choices}, got ${quoted(raw)}`;
+  }
+  return null;
+}
+
+/** Check one field; `values` gives the context some rules need. */
+export function validateField(
+  field: LaunchField,
+  values: ILaunchFormValues,
+  catalog: ICatalog | null
+): string | null {
+  const raw = values[field] ?? '';
+  switch (field) {
+    case 'gpu_type':
+      return validateGpuType(raw, catalog);
+    case 'interconnect':
+      return validateInterconnect(raw, values.gpu_type ?? '', catalog);
+    case 'count':
+      return validateCount(raw);
+    case 'backend':
+      return validateBackend(raw, catalog);
+    case 'spot_fraction':
+      return validateSpotFraction(raw);
+    case 'budget':
+      return validateBudget(raw);
+    case 'idle_timeout':
+      return validateIdleTimeout(raw);
+    case 'name':
+      return validateName(raw);
+  }
+}
+
+/** Check every field and build the POST body when all pass. */
+export function parseLaunchForm(
+  values: ILaunchFormValues,
+  catalog: ICatalog | null
+): IParsedLaunchForm {
+  const errors: IFieldErrors = {};
+  for (const field of LAUNCH_FIELDS) {
+    const error = validateField(field, values, catalog);
+    if (error !== null) {
+      errors[field] = error;
+    }
+  }
+  if (Object.keys(errors).length > 0) {
+    return { request: null, errors };
+  }
+  const request: ILaunchRequest = {
+    gpu_type: values.gpu_type,
+    count: Number(values.count.trim()),
+    backend: values.backend as PoolBackend,
+    spot_fraction: Number(values.spot_fraction.trim()),
+    budget: values.budget.trim() === '' ? null : Number(values.budget.trim()),
+    idle_timeout: Number(values.idle_timeout.trim()),
+    name: values.name
+  };
+  if (values.interconnect !== '') {
+    request.interconnect = values.interconnect;
+  }
+  return { request, errors };
+}
+
+/** The first `pool-N` name that no existing pool uses. */
+export function suggestPoolName(existing: Iterable<string>): string {
+  const taken = new Set(existing);
+  let index = 1;
+  while (taken.has(`pool-${index}`)) {
+    index += 1;
+  }
+  return `pool-${index}`;
+}
+
+/** Initial form values, from the catalog's defaults where it gives them. */
+export function defaultLaunchValues(
+  catalog: ICatalog | null,
+  existingNames: Iterable<string>
+): ILaunchFormValues {
+  const defaults = catalog?.defaults ?? {};
+  const text = (value: unknown, fallback: string): string =>
+    value === undefined || value === null ? fallback : String(value);
+  return {
+    gpu_type: text(defaults.gpu_type, catalog?.gpu_types[0]?.name ?? ''),
+    interconnect: text(defaults.interconnect, ''),
+    count: text(defaults.count, '1'),
+    backend: text(defaults.backend, catalog?.backends[0] ?? 'local'),
+    spot_fraction: text(defaults.spot_fraction, '0'),
+    budget: text(defaults.budget, ''),
+    idle_timeout: text(defaults.idle_timeout, '30'),
+    name: suggestPoolName(existingNames)
+  };
+}

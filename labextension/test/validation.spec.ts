@@ -1,0 +1,184 @@
+import {
+  defaultLaunchValues,
+  ILaunchFormValues,
+  isLaunchField,
+  parseLaunchForm,
+  POOL_NAME_PATTERN,
+  suggestPoolName,
+  validateBackend,
+  validateBudget,
+  validateCount,
+  validateGpuType,
+  validateIdleTimeout,
+  validateInterconnect,
+  validateName,
+  validateSpotFraction
+} from '../src/validation';
+import { CATALOG } from './fixtures';
+
+function values(overrides: Partial<ILaunchFormValues> = {}): ILaunchFormValues {
+  return {
+    gpu_type: 'A100',
+    interconnect: '',
+    count: '4',
+    backend: 'local',
+    spot_fraction: '0.5',
+    budget: '25',
+    idle_timeout: '30',
+    name: 'train-a100',
+    ...overrides
+  };
+}
+
+describe('count', () => {
+  it.each(['1', '4', '1024', ' 8 '])('accepts %p', raw => {
+    expect(validateCount(raw)).toBeNull();
+  });
+
+  it.each(['0', '1025', '-1', '2.5', '', 'four', '1e2'])('rejects %p', raw => {
+    expect(validateCount(raw)).toMatch(/^count must be a whole number from 1 to 1024/);
+  });
+
+  it('names the bad value and a valid example', () => {
+    expect(validateCount('0')).toBe(
+      "count must be a whole number from 1 to 1024, got '0' (e.g. 4)"
+    );
+  });
+});
+
+describe('spot_fraction', () => {
+  it.each(['0', '1', '0.25', '.5'])('accepts %p', raw => {
+    expect(validateSpotFraction(raw)).toBeNull();
+  });
+
+  it.each(['-0.1', '1.01', '', 'half'])('rejects %p', raw => {
+    expect(validateSpotFraction(raw)).toContain(`got '${raw}'`);
+  });
+});
+
+describe('budget', () => {
+  it('treats an empty budget as no cap', () => {
+    expect(validateBudget('')).toBeNull();
+  });
+
+  it.each(['0', '12.5'])('accepts %p', raw => {
+    expect(validateBudget(raw)).toBeNull();
+  });
+
+  it.each(['-1', 'lots'])('rejects %p', raw => {
+    expect(validateBudget(raw)).toMatch(/^budget must be a number of USD >= 0/);
+  });
+});
+
+describe('idle_timeout', () => {
+  it.each(['0', '30', '2.5'])('accepts %p minutes', raw => {
+    expect(validateIdleTimeout(raw)).toBeNull();
+  });
+
+  it.each(['-5', '', 'soon'])('rejects %p', raw => {
+    expect(validateIdleTimeout(raw)).toMatch(/^idle_timeout must be a number of minutes >= 0/);
+  });
+});
+
+describe('name', () => {
+  it.each(['a', 'pool-1', 'train-a100', 'x'.repeat(63)])('accepts %p', raw => {
+    expect(validateName(raw)).toBeNull();
+  });
+
+  it.each(['', 'Pool', '-pool', 'pool-', 'pool_1', 'pool.1', 'x'.repeat(64)])('rejects %p', raw => {
+    expect(validateName(raw)).toMatch(/^name must be 1-63 lowercase letters/);
+  });
+
+  it('uses the same pattern as the server', () => {
+    expect(POOL_NAME_PATTERN.source).toBe('^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$');
+  });
+});
+
+describe('gpu_type, backend and interconnect', () => {
+  it('requires a GPU type', () => {
+    expect(validateGpuType('', null)).toMatch(/gpu_type is required/);
+  });
+
+  it('accepts any GPU type before the catalog has loaded', () => {
+    expect(validateGpuType('H100', null)).toBeNull();
+  });
+
+  it('rejects a GPU type the catalog does not list, with one that it does', () => {
+    expect(validateGpuType('H100', CATALOG)).toBe(
+      "gpu_type must be one of the catalog's GPU types, got 'H100' (e.g. A100)"
+    );
+  });
+
+  it('accepts only the catalog backends', () => {
+    expect(validateBackend('kubernetes', CATALOG)).toBeNull();
+    expect(validateBackend('slurm', CATALOG)).toMatch(/backend must be one of local, address, kubernetes/);
+  });
+
+  it('checks the interconnect against the chosen GPU type', () => {
+    expect(validateInterconnect('', 'T4', CATALOG)).toBeNull();
+    expect(validateInterconnect('nvlink', 'A100', CATALOG)).toBeNull();
+    expect(validateInterconnect('nvlink', 'T4', CATALOG)).toMatch(/interconnect for T4 must be one of pcie/);
+  });
+});
+
+describe('parseLaunchForm', () => {
+  it('builds the POST body from valid input', () => {
+    const parsed = parseLaunchForm(values(), CATALOG);
+    expect(parsed.errors).toEqual({});
+    expect(parsed.request).toEqual({
+      gpu_type: 'A100',
+      count: 4,
+      backend: 'local',
+      spot_fraction: 0.5,
+      budget: 25,
+      idle_timeout: 30,
+      name: 'train-a100'
+    });
+  });
+
+  it('sends a null budget when the field is empty', () => {
+    expect(parseLaunchForm(values({ budget: '' }), CATALOG).request?.budget).toBeNull();
+  });
+
+  it('sends the interconnect only when one is chosen', () => {
+    expect(parseLaunchForm(values({ interconnect: 'nvlink' }), CATALOG).request?.interconnect).toBe('nvlink');
+    expect(parseLaunchForm(values(), CATALOG).request).not.toHaveProperty('interconnect');
+  });
+
+  it('reports every bad field at once and builds no body', () => {
+    const parsed = parseLaunchForm(values({ count: '0', name: 'Bad_Name', spot_fraction: '2' }), CATALOG);
+    expect(parsed.request).toBeNull();
+    expect(Object.keys(parsed.errors).sort()).toEqual(['count', 'name', 'spot_fraction']);
+  });
+});
+
+describe('defaults and names', () => {
+  it('suggests the first free pool-N name', () => {
+    expect(suggestPoolName([])).toBe('pool-1');
+    expect(suggestPoolName(['pool-1', 'pool-3'])).toBe('pool-2');
+  });
+
+  it('takes initial values from the catalog defaults', () => {
+    const initial = defaultLaunchValues(CATALOG, ['pool-1']);
+    expect(initial).toMatchObject({
+      gpu_type: 'T4',
+      count: '2',
+      backend: 'local',
+      spot_fraction: '0.5',
+      budget: '',
+      idle_timeout: '15',
+      name: 'pool-2'
+    });
+  });
+
+  it('produces valid values without a catalog except for the GPU type', () => {
+    const parsed = parseLaunchForm(defaultLaunchValues(null, []), null);
+    expect(Object.keys(parsed.errors)).toEqual(['gpu_type']);
+  });
+
+  it('recognises the form fields the server may blame', () => {
+    expect(isLaunchField('count')).toBe(true);
+    expect(isLaunchField('pools')).toBe(false);
+    expect(isLaunchField(null)).toBe(false);
+  });
+});

@@ -1,0 +1,84 @@
+"""Generated bad option lines: only one-line UsageErrors, never a traceback or a pool."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from IPython.core.error import UsageError
+
+from gpugeek_jupyter.store import get_registry
+
+GOOD_VALUES = {
+    "--gpu-type": st.sampled_from(["cpu", "T4", "a100-80gb", "H100-80GB"]),
+    "--count": st.integers(1, 16).map(str),
+    "--interconnect": st.sampled_from(["PCIe", "NVLink", "InfiniBand"]),
+    "--framework": st.sampled_from(["PyTorch 2.0", "PyTorch 2.13"]),
+    "--backend": st.sampled_from(["local", "kubernetes", "address"]),
+    "--spot-fraction": st.floats(0, 1).map(lambda f: f"{f:.3f}"),
+    "--budget": st.integers(0, 1000).map(str),
+    "--idle-timeout": st.integers(0, 120).map(str),
+    "--name": st.from_regex(r"[a-z][a-z0-9-]{0,10}[a-z0-9]", fullmatch=True),
+    "--price": st.floats(0, 50).map(lambda f: f"{f:.2f}"),
+    "--namespace": st.sampled_from(["team-risk", "default"]),
+}
+BAD_VALUES = {
+    "--gpu-type": st.sampled_from(["V100", "", "a100", "GPU", "💥", "--count"]),
+    "--count": st.one_of(st.integers(-10, 0).map(str), st.integers(1025, 10**9).map(str),
+                         st.sampled_from(["two", "1.5", "", "4x", "nan", "1e3"])),
+    "--spot-fraction": st.one_of(st.floats(1.0001, 1e6).map(str), st.floats(-1e6, -0.0001).map(str),
+                                 st.sampled_from(["nan", "inf", "most", "70%"])),
+    "--budget": st.one_of(st.floats(-1e6, -0.01).map(lambda f: f"{f:.2f}"), st.sampled_from(["lots", "nan", "$5"])),
+    "--idle-timeout": st.sampled_from(["-1", "soon", "inf", "1h"]),
+    "--name": st.one_of(st.sampled_from(["My Pool", "-x", "x-", "UPPER", "a" * 64, "a_b", "a.b"]),
+                        st.text(min_size=1, max_size=8).filter(lambda s: not s.isalnum())),
+    "--price": st.sampled_from(["-2", "free", "nan"]),
+    "--pricing": st.sampled_from(["free", "spot", "cheap"]),
+    "--interconnect": st.sampled_from(["carrier-pigeon", "USB", "NVSwitch9"]),
+    "--backend": st.sampled_from(["slurm", "ray", "LOCALHOST"]),
+    "--unknown-flag": st.sampled_from(["1", "x"]),
+}
+
+
+@st.composite
+def bad_launch_lines(draw: st.DrawFn) -> str:
+    bad_option = draw(st.sampled_from(sorted(BAD_VALUES)))
+    others = draw(st.lists(st.sampled_from(sorted(set(GOOD_VALUES) - {bad_option})), unique=True, max_size=5))
+    options = {name: draw(GOOD_VALUES[name]) for name in others}
+    if options.get("--backend") == "address" or bad_option == "--interconnect":
+        options.pop("--backend", None)  # keep the line's only mistake the one we planted
+    options[bad_option] = draw(BAD_VALUES[bad_option])
+    order = draw(st.permutations(list(options)))
+    return " ".join(f"{name} {shlex.quote(options[name])}" for name in order)
+
+
+@pytest.fixture(scope="module")
+def shell() -> Iterator[object]:
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "gpugeek_jupyter")
+    yield ip
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=bad_launch_lines())
+def test_generated_bad_launch_lines_give_only_usage_errors(shell, scenario, line: str) -> None:  # type: ignore[no-untyped-def]
+    """Bad input: generated %gpugeek_launch option lines"""
+    try:
+        shell.run_line_magic("gpugeek_launch", line)  # type: ignore[attr-defined]
+    except UsageError as e:
+        message = str(e)
+        ok = bool(message) and "\n" not in message
+    except BaseException:
+        scenario.record(survived=False)
+        raise
+    else:
+        ok = False
+    created = get_registry().list_pools()
+    scenario.record(survived=ok and not created)
+    assert ok, f"{line!r} did not give a one-line UsageError"
+    assert created == [], f"{line!r} created a pool"
