@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from traitlets import Bool, Float, Integer, Unicode, default
+from traitlets import Bool, Dict, Float, Integer, List, Unicode, default
 from traitlets.config import Configurable
 
 BACKENDS = ("local", "kubernetes", "address")
@@ -52,6 +52,17 @@ class GpugeekConfig(Configurable):
     ).tag(config=True)
     kubernetes_namespace = Unicode(
         "default", help="Namespace of kubernetes pools unless --namespace is given. Env: GPUGEEK_NAMESPACE."
+    ).tag(config=True)
+    kubernetes_spot_preset = Unicode(
+        "gke", help="How spot workers find spot nodes on Kubernetes: gke, eks, karpenter, aks, or custom "
+        "(then set kubernetes_spot_node_selector). Env: GPUGEEK_SPOT_PRESET."
+    ).tag(config=True)
+    kubernetes_spot_node_selector = Dict(
+        help="Node labels of spot nodes, replacing the preset's, e.g. {'node-pool': 'spot-a100'}."
+    ).tag(config=True)
+    kubernetes_spot_tolerations: List[dict[str, str]] = List(
+        help="Tolerations for spot nodes' taints, replacing the preset's, e.g. "
+        "[{'key': 'spot', 'operator': 'Exists', 'effect': 'NoSchedule'}]."
     ).tag(config=True)
     api_key = Unicode(
         "", help="GPUGEEK API key; never displayed. Env: GPUGEEK_API_KEY."
@@ -108,6 +119,10 @@ class GpugeekConfig(Configurable):
     @default("kubernetes_namespace")
     def _default_namespace(self) -> str:
         return os.environ.get("GPUGEEK_NAMESPACE", "default")
+
+    @default("kubernetes_spot_preset")
+    def _default_spot_preset(self) -> str:
+        return os.environ.get("GPUGEEK_SPOT_PRESET", "gke")
 
     @default("api_key")
     def _default_api_key(self) -> str:

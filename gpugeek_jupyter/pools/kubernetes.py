@@ -1,0 +1,431 @@
+"""The ``kubernetes`` backend: a pool as a ``DaskCluster`` of the dask-kubernetes operator.
+
+``%gpugeek_launch --backend kubernetes --namespace team-risk --gpu-type A100-80GB --count 8
+--spot-fraction 0.7`` creates, in namespace ``team-risk`` only:
+
+1. the manifests of :func:`~gpugeek_jupyter.pools.k8s_manifest.build_manifests` (a ``DaskCluster``
+   with the on-demand workers, a ``DaskWorkerGroup`` with the spot ones), via the Kubernetes API;
+2. waits, within ``GpugeekConfig.worker_start_timeout``, for the scheduler pod, then connects a
+   ``dask_kubernetes.operator.KubeCluster`` to it (``shutdown_on_close=True``: stopping the pool, or
+   the kernel exiting, deletes the ``DaskCluster`` and with it every pod), then waits for the workers.
+
+We create the resources ourselves rather than through ``KubeCluster(custom_cluster_spec=...)``
+because ``KubeCluster`` waits without a deadline for a scheduler pod that cannot be scheduled; here
+a pod still Pending at the deadline fails the launch with the scheduler's reason, from the pod's
+events ("6 pods Pending: 0/12 nodes have nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB"), and
+everything created is deleted again.
+
+Failure modes, each a one-line :class:`~gpugeek_jupyter.errors.GpugeekError`: no kubeconfig, API
+server unreachable, operator not installed (with the helm command), namespace missing or forbidden,
+a pool of that name already there, pods Pending past the deadline (with why).
+
+Imports of kr8s, dask_kubernetes and yaml stay inside functions: the local backend works without
+the ``kubernetes`` extra.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BackendUnavailableError, GpugeekError, PoolStartError
+from ._backend import ProgressCallback, RunningCluster, wait_for_workers
+from .k8s_errors import disruption_of, explain_pending, no_credentials_error, translate_api_error, unreachable_error
+from .k8s_manifest import (
+    API_VERSION,
+    DEFAULT_GROUP,
+    SPOT_GROUP,
+    group_of_worker,
+    manifests_for,
+    pool_selector,
+    render_manifests,
+)
+
+if TYPE_CHECKING:
+    from ..spec import PoolSpec
+    from ._manager import PoolManager
+    from ._pool import Pool
+    from .autoscale import AutoscalePolicy, GroupAdaptive, GroupPolicies
+
+__all__ = [
+    "KubernetesBackend",
+    "KubernetesWorkerGroup",
+    "autoscale_pool",
+    "connect",
+    "diagnose",
+    "list_cluster_pools",
+    "pricing_of_worker",
+    "record_disruptions",
+    "render_manifests",  # from k8s_manifest: what --dry-run prints
+]
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0
+
+
+# -- the API ------------------------------------------------------------------------------------------
+def connect() -> Any:
+    """A kr8s API client from KUBECONFIG (or the in-cluster service account); clear errors otherwise."""
+    try:
+        import kr8s
+    except ImportError as e:
+        raise BackendUnavailableError(
+            "--backend kubernetes needs the kubernetes extra (pip install 'gpugeek-jupyter[kubernetes]')"
+        ) from e
+    import httpx
+
+    kubeconfig = os.environ.get("KUBECONFIG") or None
+    try:
+        return kr8s.api(kubeconfig=kubeconfig)
+    except ValueError as e:  # kr8s: "Unable to find valid credentials"
+        raise no_credentials_error(e, kubeconfig) from e
+    except (httpx.TransportError, kr8s.APITimeoutError, OSError) as e:
+        raise unreachable_error(e, _server_of(kubeconfig)) from e
+    except kr8s.ServerError as e:
+        raise translate_api_error(e, "", "connect to the Kubernetes API") from e
+
+
+def _server_of(kubeconfig: str | None) -> str | None:
+    try:
+        import yaml
+
+        with open(os.path.expanduser((kubeconfig or "~/.kube/config").split(os.pathsep)[0])) as f:
+            config = yaml.safe_load(f) or {}
+        context = next(c for c in config.get("contexts", []) if c["name"] == config.get("current-context"))
+        cluster = next(c for c in config.get("clusters", []) if c["name"] == context["context"]["cluster"])
+        return str(cluster["cluster"]["server"])
+    except Exception:  # only decorates a message
+        return None
+
+
+def _resource_class(kind: str) -> Any:
+    from kr8s.objects import new_class
+
+    return new_class(kind, API_VERSION, asyncio=False, namespaced=True, plural=kind.lower() + "s")
+
+
+def _create(api: Any, manifest: dict[str, Any]) -> None:
+    import httpx
+    import kr8s
+
+    kind, name, namespace = manifest["kind"], manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+    try:
+        _resource_class(kind)(manifest, api=api).create()
+    except kr8s.ServerError as e:
+        raise translate_api_error(e, namespace, f"create {kind} '{name}' in namespace '{namespace}'") from e
+    except (httpx.TransportError, kr8s.APITimeoutError) as e:
+        raise unreachable_error(e, None) from e
+
+
+def delete_pool_resources(api: Any, spec: PoolSpec) -> None:
+    """Delete the pool's DaskWorkerGroups and DaskCluster (the operator then deletes their pods)."""
+    import kr8s
+
+    for manifest in reversed(manifests_for(spec)):
+        try:
+            _resource_class(manifest["kind"])(manifest, api=api).delete()
+        except kr8s.NotFoundError:
+            pass
+        except Exception as e:
+            log.warning("could not delete %s %s in %s: %s", manifest["kind"], spec.name, spec.namespace, e)
+
+
+def _pods(api: Any, namespace: str, selector: str) -> list[dict[str, Any]]:
+    return list(api.get("pods", namespace=namespace, label_selector=selector, raw=True))
+
+
+def _events_for(api: Any, namespace: str, pods: list[dict[str, Any]], limit: int = 5) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    pending = [p for p in pods if p.get("status", {}).get("phase") == "Pending"][:limit]
+    for pod in pending:
+        name = pod["metadata"]["name"]
+        events += api.get("events", namespace=namespace, field_selector=f"involvedObject.name={name}", raw=True)
+    return sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+
+
+def diagnose(api: Any, spec: PoolSpec, selector: str | None = None) -> str:
+    """Why the pool's pods are not all running (one line), read from the cluster."""
+    assert spec.namespace
+    try:
+        pods = _pods(api, spec.namespace, selector or pool_selector(spec.namespace, spec.name))
+        if not pods:
+            return _operator_silence(api, spec)
+        return explain_pending(pods, _events_for(api, spec.namespace, pods))
+    except Exception as e:  # the diagnosis decorates an error; it must not replace it
+        return f"could not read the pods' state ({type(e).__name__}: {e})"
+
+
+def _operator_silence(api: Any, spec: PoolSpec) -> str:
+    found = list(api.get("daskclusters.kubernetes.dask.org", spec.name, namespace=spec.namespace, raw=True))
+    phase = (found[0].get("status") or {}).get("phase") if found else None
+    if not phase:
+        return (
+            f"no pod was created and DaskCluster '{spec.name}' has no status: is the dask-kubernetes operator "
+            f"running? (kubectl get pods -A -l app.kubernetes.io/name=dask-kubernetes-operator)"
+        )
+    return f"DaskCluster '{spec.name}' is {phase} but no pod exists yet"
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions", []) or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def wait_for_scheduler_pod(api: Any, spec: PoolSpec, deadline: float, timeout: float) -> None:
+    """Until the scheduler pod is Ready; PoolStartError saying why at the deadline."""
+    assert spec.namespace
+    selector = f"dask.org/cluster-name={spec.name},dask.org/component=scheduler"
+    while True:
+        pods = _pods(api, spec.namespace, selector)
+        if any(_pod_ready(p) for p in pods):
+            return
+        if time.monotonic() > deadline:
+            why = explain_pending(pods, _events_for(api, spec.namespace, pods)) if pods else _operator_silence(api, spec)
+            if pods and why == "no pod is Pending":
+                name = pods[0]["metadata"]["name"]
+                why = (
+                    f"pod {name} is {pods[0].get('status', {}).get('phase')} but not ready "
+                    f"(see kubectl -n {spec.namespace} logs {name})"
+                )
+            raise PoolStartError(
+                f"pool '{spec.name}': the dask scheduler was not ready within {timeout:.0f} s: {why} "
+                f"(raise GPUGEEK_WORKER_START_TIMEOUT if nodes are still being added)"
+            )
+        time.sleep(POLL_SECONDS)
+
+
+# -- the backend --------------------------------------------------------------------------------------
+class KubernetesBackend:
+    """Pools on Kubernetes through the dask-kubernetes operator (see the module docstring)."""
+
+    name = "kubernetes"
+
+    def preflight(self, spec: PoolSpec) -> None:
+        """Fail before anything is registered: the manifests must build and the API must answer."""
+        manifests_for(spec)
+        connect()
+
+    def start(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
+        manifests = manifests_for(spec)  # spec problems fail before anything is created
+        api = connect()
+        deadline = time.monotonic() + start_timeout
+        created = False
+        try:
+            for manifest in manifests:
+                _create(api, manifest)
+                created = True
+            wait_for_scheduler_pod(api, spec, deadline, start_timeout)
+            cluster = _connect_kube_cluster(spec, max(10.0, deadline - time.monotonic()))
+            running = self._connect_client(api, spec, cluster, on_progress, deadline, start_timeout)
+        except BaseException:
+            if created:
+                delete_pool_resources(api, spec)
+            raise
+        _watch_disruptions()
+        return running
+
+    def _connect_client(
+        self,
+        api: Any,
+        spec: PoolSpec,
+        cluster: Any,
+        on_progress: ProgressCallback,
+        deadline: float,
+        start_timeout: float,
+    ) -> RunningCluster:
+        from distributed import Client
+
+        try:
+            client = Client(cluster, set_as_default=False)
+        except BaseException:
+            cluster.close(timeout=30)
+            raise
+        try:
+            wait_for_workers(client, spec.count, on_progress, max(0.0, deadline - time.monotonic()), f"pool '{spec.name}'")
+        except PoolStartError as e:
+            why = diagnose(api, spec)
+            client.close()
+            cluster.close(timeout=30)
+            raise PoolStartError(f"{e}; {why}") from e
+        except BaseException:
+            client.close()
+            cluster.close(timeout=30)
+            raise
+        return RunningCluster(
+            client=client,
+            scheduler_address=cluster.scheduler_address,
+            dashboard_link=cluster.dashboard_link,
+            cluster=cluster,
+            extra={
+                "namespace": spec.namespace,
+                "worker_groups": [DEFAULT_GROUP] + ([SPOT_GROUP] if spec.spot_workers else []),
+                "pricing_of_worker": lambda worker_name: pricing_of_worker(spec, worker_name),
+            },
+        )
+
+
+def _connect_kube_cluster(spec: PoolSpec, resource_timeout: float) -> Any:
+    from dask_kubernetes.operator import KubeCluster
+
+    try:
+        return KubeCluster.from_name(
+            spec.name,
+            namespace=spec.namespace,
+            shutdown_on_close=True,  # stopping the pool deletes the DaskCluster and all its pods
+            quiet=True,
+            resource_timeout=int(resource_timeout),
+        )
+    except GpugeekError:
+        raise
+    except Exception as e:
+        raise PoolStartError(
+            f"pool '{spec.name}': its scheduler runs in namespace '{spec.namespace}' but this kernel cannot "
+            f"connect to it ({type(e).__name__}: {e})"
+        ) from e
+
+
+def pricing_of_worker(spec: PoolSpec, worker_name: str) -> str | None:
+    """How a worker of a kubernetes pool is priced, from its group ('spot' or the base pricing)."""
+    group = group_of_worker(spec.name, worker_name)
+    if group == SPOT_GROUP:
+        return "spot"
+    if group == DEFAULT_GROUP:
+        return spec.base_pricing
+    return None
+
+
+# -- isolation: what a team sees ---------------------------------------------------------------------
+def list_cluster_pools(namespace: str) -> list[dict[str, Any]]:
+    """The pools running in ``namespace`` as the cluster knows them (only that team's, by label)."""
+    import kr8s
+
+    api = connect()
+    try:
+        clusters = api.get("daskclusters.kubernetes.dask.org", namespace=namespace, label_selector=pool_selector(namespace), raw=True)
+        return [
+            {
+                "name": c["metadata"]["name"],
+                "namespace": c["metadata"].get("namespace", namespace),
+                "labels": c["metadata"].get("labels", {}),
+                "phase": (c.get("status") or {}).get("phase"),
+                "on_demand_workers": c["spec"]["worker"].get("replicas"),
+            }
+            for c in clusters
+        ]
+    except kr8s.ServerError as e:
+        raise translate_api_error(e, namespace, f"list pools in namespace '{namespace}'") from e
+
+
+# -- spot preemptions ---------------------------------------------------------------------------------
+_DISRUPTION_PERIOD = 15.0
+_disruption_state: dict[int, tuple[float, set[str]]] = {}  # pool id -> (last check, pod uids recorded)
+_watch_lock = threading.Lock()
+
+
+def record_disruptions(manager: PoolManager, pool: Pool) -> None:
+    """Heartbeat hook: note each preempted (disrupted) pod of a kubernetes pool as a pool event."""
+    if pool.spec.backend != "kubernetes" or not pool.spec.namespace:
+        return
+    last, seen = _disruption_state.get(pool.id, (0.0, set()))
+    if time.monotonic() - last < _DISRUPTION_PERIOD:
+        return
+    _disruption_state[pool.id] = (time.monotonic(), seen)
+    pods = _pods(connect(), pool.spec.namespace, pool_selector(pool.spec.namespace, pool.name))
+    for pod in pods:
+        uid = pod["metadata"].get("uid", pod["metadata"]["name"])
+        why = disruption_of(pod)
+        if why and uid not in seen:
+            seen.add(uid)
+            pricing = (pod["metadata"].get("labels") or {}).get("gpugeek.io/pricing", "?")
+            message = f"{pricing} worker pod {pod['metadata']['name']} was disrupted: {why}"
+            manager.registry.add_event(pool.id, "preempted", message)
+            log.warning("pool %s: %s", pool.name, message)
+
+
+def _watch_disruptions() -> None:
+    from ._manager import get_pool_manager
+
+    hooks = get_pool_manager().heartbeat_hooks
+    with _watch_lock:
+        if record_disruptions not in hooks:
+            hooks.append(record_disruptions)
+
+
+# -- autoscaling --------------------------------------------------------------------------------------
+class KubernetesWorkerGroup:
+    """A ``DaskWorkerGroup`` of a running pool, for :mod:`.autoscale` (runs on the cluster's loop).
+
+    Scaling down deletes the retired workers' own Deployments before lowering ``replicas``: the
+    operator, left to choose, may retire workers of another group (dask-kubernetes #914, #933).
+    """
+
+    def __init__(self, cluster_name: str, namespace: str, group: str) -> None:
+        self.cluster_name = cluster_name
+        self.namespace = namespace
+        self.name = group
+        self.resource_name = f"{cluster_name}-{group}"
+        self._requested: set[str] = set()
+
+    def owns(self, worker_name: str) -> bool:
+        return group_of_worker(self.cluster_name, worker_name) == self.name
+
+    def requested(self) -> set[str]:
+        return set(self._requested)
+
+    async def refresh(self) -> None:
+        import kr8s.asyncio
+
+        deployments = kr8s.asyncio.get(
+            "deployments", namespace=self.namespace, label_selector={"dask.org/workergroup-name": self.resource_name}
+        )
+        self._requested = {d.name async for d in deployments}
+
+    async def _set_replicas(self, n: int) -> None:
+        from kr8s.asyncio.objects import new_class
+
+        group_class = new_class("DaskWorkerGroup", API_VERSION, namespaced=True, plural="daskworkergroups")
+        group = await group_class.get(self.resource_name, namespace=self.namespace)
+        await group.patch({"spec": {"worker": {"replicas": n}}})
+
+    async def scale_up(self, n: int) -> None:
+        await self._set_replicas(n)
+
+    async def scale_down(self, worker_names: list[str]) -> None:
+        import asyncio
+
+        import kr8s
+        from kr8s.asyncio.objects import Deployment
+
+        mine = [n for n in worker_names if self.owns(n)]
+        for name in mine:
+            try:
+                deployment = await Deployment.get(name, namespace=self.namespace)
+                await deployment.delete()
+            except kr8s.NotFoundError:
+                pass
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            await self.refresh()
+            if not self._requested & set(mine):
+                break
+            await asyncio.sleep(0.5)
+        await self._set_replicas(len(self._requested))
+
+
+def autoscale_pool(pool: Pool, policy: AutoscalePolicy | GroupPolicies | None = None) -> list[GroupAdaptive]:
+    """Autoscale each worker group of a kubernetes pool this process owns (stop with ``.stop()``).
+
+    >>> from gpugeek_jupyter.pools.autoscale import AutoscalePolicy, GroupPolicies     # doctest: +SKIP
+    >>> autoscale_pool(pool, GroupPolicies(by_group={"spot": AutoscalePolicy(maximum=16),
+    ...                                               "default": AutoscalePolicy(minimum=2, maximum=2)}))
+    """
+    from .autoscale import adapt_groups
+
+    if pool.spec.backend != "kubernetes" or pool.cluster is None or not pool.spec.namespace:
+        raise GpugeekError(f"pool '{pool.name}' is not a kubernetes pool owned by this kernel; autoscale it where it was launched")
+    groups = [KubernetesWorkerGroup(pool.name, pool.spec.namespace, g) for g in pool.running.extra["worker_groups"]]
+    return adapt_groups(pool.cluster, groups, policy)
