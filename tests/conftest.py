@@ -11,6 +11,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+pytest_plugins = ["pytest_jupyter.jupyter_server"]  # jp_fetch etc. for tests/server; pytest allows it only here
+
 
 @pytest.fixture(autouse=True)
 def isolated_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

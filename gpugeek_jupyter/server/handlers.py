@@ -1,0 +1,168 @@
+"""HTTP handlers: thin translations between Jupyter Server requests and :class:`GpugeekService`.
+
+Every route is authenticated and authorized (resource ``gpugeek``); writes honour Jupyter's XSRF
+check (cookie-authenticated requests need the ``_xsrf`` cookie echoed in ``X-XSRFToken``;
+token-authenticated requests are exempt, as everywhere in Jupyter Server). Service calls block, so
+they run on a thread. Errors answer ``{"message": ..., "field": ...}``; :func:`error_reply` is the
+one place that maps them to HTTP codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+from http.client import responses
+
+from ..errors import GpugeekError
+from .launch_request import parse_launch_body
+from .service import GpugeekService
+
+log = logging.getLogger(__name__)
+
+AUTH_RESOURCE = "gpugeek"
+SERVICE_SETTING = "gpugeek_service"
+WRITES_EXECUTOR_SETTING = "gpugeek_writes_executor"
+NAMESPACE = "gpugeek"
+
+
+def error_reply(error: BaseException) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and JSON body that answer ``error``: the one mapping from errors to HTTP."""
+    if isinstance(error, GpugeekError):
+        return error.http_status, {"message": str(error), "field": getattr(error, "field", None)}
+    if isinstance(error, web.HTTPError):
+        message = error.log_message % error.args if error.log_message else None
+        if message is None and error.status_code == 403:
+            message = "forbidden: send the Jupyter server's token (Authorization: token <token>) or log in first"
+        return error.status_code, {
+            "message": message or error.reason or responses.get(error.status_code, "HTTP error"),
+            "field": None,
+        }
+    return 500, {
+        "message": f"internal error in the gpugeek server extension: {type(error).__name__}: {error}",
+        "field": None,
+    }
+
+
+class GpugeekHandler(APIHandler):
+    """Base of every gpugeek route: JSON errors, blocking calls off the event loop."""
+
+    auth_resource = AUTH_RESOURCE
+
+    @property
+    def service(self) -> GpugeekService:
+        return self.settings[SERVICE_SETTING]  # type: ignore[no-any-return]
+
+    async def answer(self, call: Callable[..., dict[str, Any]], *args: Any, status: int = 200, slow: bool = False) -> None:
+        """Run ``call`` on a thread and answer its JSON; ``slow`` calls (launch, stop: seconds to a
+        minute) get their own threads, so they never hold up the server's shared executor."""
+        executor = self.settings[WRITES_EXECUTOR_SETTING] if slow else None
+        body = await asyncio.get_running_loop().run_in_executor(executor, call, *args)
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        await self.finish(json.dumps(body))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc_info = kwargs.get("exc_info")
+        error = exc_info[1] if exc_info else web.HTTPError(status_code)
+        status, reply = error_reply(error)
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(reply))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, GpugeekError) and value.http_status < 500:
+            log.info("%s %s -> %s: %s", self.request.method, self.request.path, value.http_status, value)
+            return
+        super().log_exception(typ, value, tb)
+
+
+class PoolsHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        await self.answer(self.service.list_pools, self.get_query_argument("namespace", None) or None)
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        options = parse_launch_body(self.request.body)
+        await self.answer(self.service.launch, options, status=201, slow=True)
+
+
+class PoolHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        await self.answer(self.service.pool, name)
+
+    @web.authenticated
+    @authorized
+    async def delete(self, name: str) -> None:
+        await self.answer(self.service.stop, name, slow=True)
+
+
+class PoolMetricsHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        await self.answer(self.service.metrics, name)
+
+
+class JobsHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        await self.answer(self.service.list_jobs, self.get_query_argument("pool", None) or None)
+
+
+class JobHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        await self.answer(self.service.job, job_id)
+
+
+class CatalogHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        await self.answer(self.service.catalog)
+
+
+class OpenApiHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        await self.finish(load_openapi_text())
+
+
+def load_openapi_text() -> str:
+    """The OpenAPI description of these routes (``openapi.json`` next to this module)."""
+    return resources.files(__package__).joinpath("openapi.json").read_text(encoding="utf-8")
+
+
+_NAME = r"(?P<name>[^/]+)"
+
+
+def route_table(base_url: str) -> list[tuple[str, type[GpugeekHandler]]]:
+    """The extension's routes under ``base_url``."""
+    routes = [
+        ("pools", PoolsHandler),
+        (f"pools/{_NAME}", PoolHandler),
+        (f"pools/{_NAME}/metrics", PoolMetricsHandler),
+        ("jobs", JobsHandler),
+        (r"jobs/(?P<job_id>[^/]+)", JobHandler),
+        ("catalog", CatalogHandler),
+        (r"openapi\.json", OpenApiHandler),
+    ]
+    return [(url_path_join(base_url, NAMESPACE, pattern) + "/?", handler) for pattern, handler in routes]

@@ -1,0 +1,195 @@
+"""What the server extension's routes do, as JSON-ready dicts; nothing here knows about HTTP.
+
+Every call blocks (SQLite, dask), so handlers run them on a thread. Errors are
+:class:`~gpugeek_jupyter.errors.GpugeekError` subclasses; the handlers map them to HTTP codes.
+
+Launching: ``launch`` validates the request, starts the pool on a background thread owned by this
+server process, and returns as soon as the pool is registered as ``starting`` (the panel polls
+until it is ``ready`` or ``failed``). A bad value, a name clash or a backend that cannot provide
+the pool (its preflight) is answered at once (400, 409, 422); a failure while the workers come up
+shows as a ``failed`` pool with its reason. Stopping answers once the pool has stopped, whichever
+process owns it (another process's pool is stopped by its own heartbeat, through the registry).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from ..catalog import load_catalog
+from ..config import BACKENDS, GpugeekConfig
+from ..errors import GpugeekError, NotFoundError
+from ..pools import PoolManager
+from ..spec import PoolSpec
+from ..store import JobRecord, PoolRecord, Registry, WorkerInterval
+from .models import job_usd, make_job_model, make_pool_model, pool_cost, pool_telemetry
+
+log = logging.getLogger(__name__)
+
+SERVER_OWNER = "server"
+REGISTRATION_TIMEOUT_S = 60.0  # a new pool row needs one SQLite write; this only bounds a locked file
+
+
+class GpugeekService:
+    """The server's view of every pool and job in the registry, and the pools it owns itself."""
+
+    def __init__(self, manager: PoolManager, config: GpugeekConfig, clock: Callable[[], float] = time.time) -> None:
+        self.manager = manager
+        self.config = config
+        self.clock = clock
+        self._launches: dict[str, Future[None]] = {}
+        self._launches_lock = threading.Lock()
+
+    @property
+    def registry(self) -> Registry:
+        return self.manager.registry
+
+    # -- pools -----------------------------------------------------------------------------------
+    def list_pools(self, namespace: str | None = None) -> dict[str, Any]:
+        """Every pool, whoever made it: the newest record of each name (names key the panel's rows)."""
+        self.registry.mark_lost_pools(self.config.lost_after_seconds)
+        newest: dict[str, PoolRecord] = {}
+        for record in self.registry.list_pools(namespace=namespace):
+            newest[record.name] = record  # ordered by id, so later records win
+        records = sorted(newest.values(), key=lambda r: r.id)
+        intervals = self.registry.worker_intervals()
+        now = self.clock()
+        return {"pools": [self._pool_model(r, intervals, now) for r in records]}
+
+    def pool(self, name: str) -> dict[str, Any]:
+        record = self.registry.latest_pool(name)
+        return {"pool": self._pool_model(record)}
+
+    def launch(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Validate ``options``, start the pool in this process, return it once it is registered."""
+        spec = PoolSpec.create(**options)
+        before = max((r.id for r in self.registry.list_pools()), default=0)
+        done: Future[None] = Future()
+        thread = threading.Thread(
+            target=self._launch_in_background, args=(spec, done), name=f"gpugeek-launch-{spec.name}", daemon=True
+        )
+        with self._launches_lock:
+            for finished in [n for n, f in self._launches.items() if f.done()]:
+                del self._launches[finished]
+            self._launches[spec.name] = done
+        thread.start()
+        deadline = time.monotonic() + REGISTRATION_TIMEOUT_S
+        while True:
+            record = self._registered(spec.name, before)
+            if record is not None:
+                return {"pool": self._pool_model(record)}
+            if done.done():
+                error = done.exception()
+                if error is not None:
+                    raise error
+            if time.monotonic() > deadline:
+                raise GpugeekError(f"pool '{spec.name}' was not registered within {REGISTRATION_TIMEOUT_S:.0f} s")
+            time.sleep(0.02)
+
+    def _registered(self, name: str, after_id: int) -> PoolRecord | None:
+        for record in self.registry.list_pools():
+            if (
+                record.id > after_id
+                and record.name == name
+                and record.owner == self.manager.owner
+                and record.owner_pid == os.getpid()
+            ):
+                return record
+        return None
+
+    def _launch_in_background(self, spec: PoolSpec, done: Future[None]) -> None:
+        try:
+            self.manager.launch(spec)
+        except BaseException as e:  # the registry records the failure; the panel shows its reason
+            user_mistake = isinstance(e, GpugeekError) and e.http_status < 500
+            log.log(logging.INFO if user_mistake else logging.WARNING, "pool %s failed to launch: %s", spec.name, e)
+            done.set_exception(e)
+        else:
+            done.set_result(None)
+
+    def stop(self, name: str) -> dict[str, Any]:
+        """Stop pool ``name`` wherever it was launched; an ended pool is answered as it is."""
+        with self._launches_lock:
+            launching = self._launches.get(name)
+        if launching is not None:  # ours and maybe still starting: let it come up, then close it directly
+            try:
+                launching.exception(timeout=self.config.worker_start_timeout + REGISTRATION_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("pool %s is still starting; asking for a stop through the registry", name)
+        self.registry.mark_lost_pools(self.config.lost_after_seconds)
+        try:
+            self.registry.live_pool(name)
+        except NotFoundError:
+            return self.pool(name)  # NotFoundError again when no pool ever had that name
+        record = self.manager.stop(name, reason="stopped from the Jupyter server")
+        return {"pool": self._pool_model(record)}
+
+    def metrics(self, name: str) -> dict[str, Any]:
+        telemetry = pool_telemetry(self.registry, self.registry.latest_pool(name))
+        return {"samples": telemetry.samples, "reason": None if telemetry.samples else telemetry.reason}
+
+    def _pool_model(
+        self, record: PoolRecord, intervals: list[WorkerInterval] | None = None, now: float | None = None
+    ) -> dict[str, Any]:
+        now = self.clock() if now is None else now
+        if intervals is None:
+            intervals = self.registry.worker_intervals(record.id)
+        cost = pool_cost(self.registry, record, now, self.config.lost_after_seconds)
+        return make_pool_model(record, intervals, cost, pool_telemetry(self.registry, record))
+
+    # -- jobs ------------------------------------------------------------------------------------
+    def list_jobs(self, pool: str | None = None) -> dict[str, Any]:
+        pool_id = self.registry.latest_pool(pool).id if pool else None
+        jobs = self.registry.list_jobs(pool_id=pool_id)
+        return {"jobs": [self._job_model(job) for job in jobs]}
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return {"job": self._job_model(self.registry.job(job_id))}
+
+    def _job_model(self, job: JobRecord) -> dict[str, Any]:
+        now = self.clock()
+        return make_job_model(job, job_usd(self.registry, job, now, self.config.lost_after_seconds), now)
+
+    # -- catalog ---------------------------------------------------------------------------------
+    def catalog(self) -> dict[str, Any]:
+        catalog = load_catalog(self.config.price_file or None).to_dict()
+        gpu_types = [
+            {key: gpu[key] for key in ("name", "memory_gb", "interconnects", "prices")} for gpu in catalog["gpu_types"]
+        ]
+        defaults = {
+            "gpu_type": "cpu",
+            "count": 1,
+            "backend": self.config.default_backend,
+            "spot_fraction": 0.0,
+            "budget": None,
+            "idle_timeout": self.config.idle_timeout_minutes,
+            "framework": catalog["default_framework"],
+            "namespace": self.config.kubernetes_namespace,
+        }
+        return {
+            "gpu_types": gpu_types,
+            "backends": list(BACKENDS),
+            "defaults": defaults,
+            "frameworks": list(catalog["frameworks"]),
+            "prices_as_of": catalog["prices_as_of"],
+        }
+
+    # -- lifetime --------------------------------------------------------------------------------
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Let launches in flight finish, then stop every pool this server owns."""
+        timeout = self.config.worker_start_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        with self._launches_lock:
+            launches = list(self._launches.items())
+            self._launches.clear()
+        for name, done in launches:
+            try:
+                done.exception(timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                log.warning("pool %s was still starting when the server stopped", name)
+        self.manager.shutdown()

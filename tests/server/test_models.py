@@ -1,0 +1,152 @@
+"""Pool and job models: the panel's keys, money from worker intervals, utilization from the registry."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpugeek_jupyter.cost.rates import prices_in_force
+from gpugeek_jupyter.server.handlers import route_table
+from gpugeek_jupyter.server.models import make_job_model, make_pool_model, job_usd, pool_cost, pool_telemetry
+from gpugeek_jupyter.spec import PoolSpec
+from gpugeek_jupyter.store import JobStatus, PoolRecord, PoolStatus, Registry
+
+REPO = Path(__file__).resolve().parents[2]
+START = 1_000_000.0
+LOST_AFTER = 15.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def interface_keys(name: str) -> set[str]:
+    """The property names of TypeScript interface ``name`` in the panel's models.ts."""
+    source = (REPO / "labextension" / "src" / "models.ts").read_text()
+    body = re.search(r"export interface " + name + r" \{(.*?)\n\}", source, re.S)
+    assert body, f"interface {name} not found in labextension/src/models.ts"
+    return set(re.findall(r"^\s+(\w+)\??:", body.group(1), re.M))
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def registry(tmp_path: Path, clock: Clock) -> Registry:
+    return Registry(tmp_path / "models.sqlite", clock=clock)
+
+
+def two_worker_pool(registry: Registry, budget: float | None = None, gpu_type: str = "cpu") -> PoolRecord:
+    """A ready pool with one spot and one on-demand worker, both started at START."""
+    spec = PoolSpec.create(gpu_type=gpu_type, count=2, spot_fraction=0.5, backend="local", name="models", budget=budget)
+    record = registry.add_pool(spec.name, spec.backend, spec.to_dict(), prices_in_force(spec), owner="kernel abc")
+    for index in range(2):
+        registry.open_worker_interval(record.id, str(index), spec.pricing_of_worker(index), pid=12345 + index)
+    registry.set_pool_status(
+        record.id, PoolStatus.READY, scheduler_address="tcp://127.0.0.1:1", dashboard_link="http://127.0.0.1:2/status"
+    )
+    return registry.pool_by_id(record.id)
+
+
+def pool_model(registry: Registry, record: PoolRecord, now: float) -> dict[str, Any]:
+    record = registry.pool_by_id(record.id)
+    cost = pool_cost(registry, record, now, LOST_AFTER)
+    return make_pool_model(record, registry.worker_intervals(), cost, pool_telemetry(registry, record))
+
+
+def test_pool_model_has_exactly_the_panels_keys_and_is_json(registry: Registry, clock: Clock) -> None:
+    record = two_worker_pool(registry)
+    model = pool_model(registry, record, clock.now)
+    assert set(model) == interface_keys("IPoolModel")
+    assert json.loads(json.dumps(model)) == model
+    assert model["created_at"].startswith("1970-01-12T13:46:40")  # START in UTC, ISO 8601
+    assert model["owner"] == "kernel abc"
+
+
+def test_job_model_has_exactly_the_panels_keys(registry: Registry, clock: Clock) -> None:
+    record = two_worker_pool(registry)
+    job = registry.add_job("job-1", record.id, record.name, "torchrun", "ab" * 32, ranks=2, hyperparams={"lr": 0.1})
+    model = make_job_model(job, job_usd(registry, job, clock.now, LOST_AFTER), clock.now)
+    assert set(model) == interface_keys("IJobModel")
+    assert json.loads(json.dumps(model)) == model
+
+
+def test_live_pool_costs_its_workers_intervals_at_the_prices_fixed_at_launch(registry: Registry, clock: Clock) -> None:
+    record = two_worker_pool(registry, budget=10.0)
+    prices = record.prices
+    clock.now = START + 1800.0
+    registry.heartbeat([record.id])
+    model = pool_model(registry, record, clock.now)
+    expected = 0.5 * (prices["spot"] + prices["on_demand"])
+    assert model["usd_so_far"] == pytest.approx(expected, rel=1e-6)
+    assert model["usd_per_hour"] == pytest.approx(prices["spot"] + prices["on_demand"])
+    assert model["budget_usd"] == 10.0
+    assert model["budget_fraction"] == pytest.approx(expected / 10.0, rel=1e-6)
+    assert (model["workers_ready"], model["spot_workers"], model["reserved_workers"]) == (2, 1, 1)
+
+
+def test_stopped_pool_keeps_its_spend_but_costs_nothing_per_hour(registry: Registry, clock: Clock) -> None:
+    record = two_worker_pool(registry)
+    clock.now = START + 3600.0
+    registry.set_pool_status(record.id, PoolStatus.STOPPED, reason="stopped by the user")
+    clock.now = START + 7200.0  # later polls must not add the time after the stop
+    model = pool_model(registry, record, clock.now)
+    assert model["usd_so_far"] == pytest.approx(record.prices["spot"] + record.prices["on_demand"], rel=1e-6)
+    assert (model["usd_per_hour"], model["workers_ready"], model["status"]) == (0.0, 0, "stopped")
+    assert model["budget_fraction"] is None and model["reason"] == "stopped by the user"
+
+
+def test_job_costs_the_pool_workers_only_while_it_ran(registry: Registry, clock: Clock) -> None:
+    record = two_worker_pool(registry)
+    clock.now = START + 600.0
+    job = registry.add_job("job-2", record.id, record.name, "torchrun", "cd" * 32, ranks=2)
+    clock.now = START + 1500.0
+    registry.heartbeat([record.id])
+    registry.update_job("job-2", status=JobStatus.SUCCEEDED)
+    clock.now = START + 3000.0
+    registry.heartbeat([record.id])
+    model = make_job_model(registry.job(job.id), job_usd(registry, registry.job(job.id), clock.now, LOST_AFTER), clock.now)
+    assert model["usd"] == pytest.approx(0.25 * (record.prices["spot"] + record.prices["on_demand"]), rel=1e-6)
+    assert (model["duration_s"], model["status"], model["ranks"]) == (900.0, "succeeded", 2)
+
+
+def test_gpu_utilization_rows_become_percent_history_and_latest_mean(registry: Registry, clock: Clock) -> None:
+    record = two_worker_pool(registry, gpu_type="A100-80GB")
+    for at, util in ((1.0, 0.25), (2.0, 0.5), (3.0, 0.875)):
+        registry.add_utilization(record.id, util, gpus=2, at=START + at)
+    model = pool_model(registry, record, START + 3.0)
+    assert model["sm_util_history"] == [25.0, 50.0, 87.5]
+    assert model["mean_sm_util"] == 87.5
+    assert model["reason"] is None
+
+
+def test_cpu_pool_shows_no_gpu_utilization_and_says_why(registry: Registry, clock: Clock) -> None:
+    record = two_worker_pool(registry)
+    registry.add_utilization(record.id, 0.9, gpus=2, at=START + 1.0)  # its CPUs, busy; not GPUs
+    model = pool_model(registry, record, START + 1.0)
+    assert (model["mean_sm_util"], model["sm_util_history"]) == (None, [])
+    assert "cpu pool" in model["reason"]
+
+
+def test_openapi_describes_every_route_and_the_models_keys() -> None:
+    spec = json.loads((REPO / "gpugeek_jupyter" / "server" / "openapi.json").read_text())
+    schemas = spec["components"]["schemas"]
+    assert set(schemas["Pool"]["properties"]) == interface_keys("IPoolModel")
+    assert set(schemas["Job"]["properties"]) == interface_keys("IJobModel")
+    assert set(schemas["LaunchRequest"]["properties"]) >= interface_keys("ILaunchRequest")
+    documented = {re.sub(r"\{\w+\}", "X", path) for path in spec["paths"]}
+    served = {
+        re.sub(r"\(\?P<\w+>\[\^/\]\+\)", "X", pattern).removeprefix("/").removesuffix("/?").replace("\\.", ".")
+        for pattern, _ in route_table("/")
+    }
+    assert {"/" + path for path in served} == documented

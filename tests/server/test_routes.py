@@ -1,0 +1,235 @@
+"""Every route: authentication, XSRF, answers and error codes (pools here are registry rows)."""
+
+from __future__ import annotations
+
+import urllib.parse
+from http.cookies import SimpleCookie
+from typing import Any
+
+import pytest
+from tornado import web
+
+from gpugeek_jupyter import errors
+from gpugeek_jupyter.cost.rates import prices_in_force
+from gpugeek_jupyter.server.handlers import error_reply
+from gpugeek_jupyter.spec import PoolSpec
+from gpugeek_jupyter.store import PoolRecord, PoolStatus, Registry, get_registry
+
+from .conftest import Fetch
+
+ROUTES = [
+    ("GET", ("pools",)),
+    ("POST", ("pools",)),
+    ("GET", ("pools", "dev")),
+    ("DELETE", ("pools", "dev")),
+    ("GET", ("pools", "dev", "metrics")),
+    ("GET", ("jobs",)),
+    ("GET", ("jobs", "job-1")),
+    ("GET", ("catalog",)),
+    ("GET", ("openapi.json",)),
+]
+
+
+def registered_pool(
+    name: str, owner: str = "kernel 1234", namespace: str | None = None, registry: Registry | None = None
+) -> PoolRecord:
+    """A ready pool row as another process would write it (owned by this live process, so not lost)."""
+    registry = registry or get_registry()
+    spec = PoolSpec.create(gpu_type="cpu", count=2, backend="local", name=name)
+    record = registry.add_pool(
+        spec.name, spec.backend, spec.to_dict(), prices_in_force(spec), owner=owner, namespace=namespace
+    )
+    registry.set_pool_status(record.id, PoolStatus.READY, scheduler_address="tcp://127.0.0.1:9", dashboard_link=None)
+    return registry.pool_by_id(record.id)
+
+
+@pytest.mark.parametrize(("method", "parts"), ROUTES, ids=[f"{m} {'/'.join(p)}" for m, p in ROUTES])
+async def test_every_route_refuses_a_request_without_credentials(api: Fetch, method: str, parts: tuple[str, ...]) -> None:
+    status, body = await api(method, *parts, body={} if method == "POST" else None, headers={"Authorization": ""})
+    assert status == 403
+    assert "token" in body["message"] or "_xsrf" in body["message"]  # a write without credentials fails XSRF first
+
+
+@pytest.mark.parametrize(("method", "parts"), ROUTES, ids=[f"{m} {'/'.join(p)}" for m, p in ROUTES])
+async def test_every_route_answers_json_with_the_token(api: Fetch, method: str, parts: tuple[str, ...]) -> None:
+    status, body = await api(method, *parts, body={"count": 0} if method == "POST" else None)
+    assert status in (200, 400, 404)  # no pool or job named here; the POST body is refused
+    assert isinstance(body, dict)
+    if status != 200:
+        assert body["message"]
+
+
+async def test_pools_lists_every_pool_whoever_made_it(api: Fetch) -> None:
+    registered_pool("from-kernel", owner="kernel 5e1f")
+    registered_pool("from-script", owner="pid 4242")
+    status, body = await api("GET", "pools")
+    assert status == 200
+    by_name = {p["name"]: p for p in body["pools"]}
+    assert set(by_name) == {"from-kernel", "from-script"}
+    assert by_name["from-kernel"]["owner"] == "kernel 5e1f"
+    assert by_name["from-script"]["status"] == "ready"
+
+
+async def test_pools_marks_silent_owners_pools_lost(api: Fetch, isolated_registry: Any) -> None:
+    long_ago = Registry(isolated_registry, clock=lambda: 1000.0)  # its heartbeats stopped long ago
+    registered_pool("silent", registry=long_ago)
+    status, body = await api("GET", "pools")
+    (pool,) = body["pools"]
+    assert (status, pool["status"]) == (200, "lost")
+    assert "no heartbeat" in pool["reason"]
+
+
+async def test_pools_shows_the_newest_pool_of_each_name(api: Fetch) -> None:
+    old = registered_pool("dev")
+    get_registry().set_pool_status(old.id, PoolStatus.STOPPED, reason="done")
+    registered_pool("dev", owner="kernel new")
+    _, body = await api("GET", "pools")
+    assert [(p["name"], p["status"], p["owner"]) for p in body["pools"]] == [("dev", "ready", "kernel new")]
+
+
+async def test_pools_filters_by_namespace(api: Fetch) -> None:
+    registered_pool("team-a-pool", namespace="team-a")
+    registered_pool("team-b-pool", namespace="team-b")
+    _, body = await api("GET", "pools", params={"namespace": "team-b"})
+    assert [p["name"] for p in body["pools"]] == ["team-b-pool"]
+
+
+@pytest.mark.parametrize(
+    ("method", "parts"),
+    [
+        ("GET", ("pools", "ghost")),
+        ("DELETE", ("pools", "ghost")),
+        ("GET", ("pools", "ghost", "metrics")),
+        ("GET", ("jobs", "nope")),
+    ],
+)
+async def test_unknown_names_answer_404_with_a_message(api: Fetch, method: str, parts: tuple[str, ...]) -> None:
+    status, body = await api(method, *parts)
+    assert status == 404
+    assert parts[1] in body["message"]
+
+
+async def test_delete_of_an_ended_pool_answers_it_as_it_is(api: Fetch) -> None:
+    record = registered_pool("done")
+    get_registry().set_pool_status(record.id, PoolStatus.FAILED, reason="scheduler died")
+    status, body = await api("DELETE", "pools", "done")
+    assert (status, body["pool"]["status"], body["pool"]["reason"]) == (200, "failed", "scheduler died")
+
+
+async def test_metrics_say_why_there_are_no_samples(api: Fetch) -> None:
+    registered_pool("quiet")
+    status, body = await api("GET", "pools", "quiet", "metrics")
+    assert status == 200
+    assert body == {"samples": [], "reason": "telemetry not available"}
+
+
+async def test_jobs_are_listed_and_fetched_by_id(api: Fetch) -> None:
+    record = registered_pool("busy")
+    get_registry().add_job("job-7", record.id, record.name, "torchrun", "ef" * 32, ranks=2, hyperparams={"lr": 0.01})
+    status, listed = await api("GET", "jobs")
+    assert status == 200
+    assert [j["id"] for j in listed["jobs"]] == ["job-7"]
+    status, one = await api("GET", "jobs", "job-7")
+    assert status == 200
+    assert one["job"]["pool"] == "busy" and one["job"]["hyperparams"] == {"lr": 0.01} and one["job"]["status"] == "running"
+    assert one["job"]["usd"] >= 0
+
+
+async def test_catalog_lists_gpu_types_with_prices_backends_and_defaults(api: Fetch) -> None:
+    status, body = await api("GET", "catalog")
+    assert status == 200
+    by_name = {g["name"]: g for g in body["gpu_types"]}
+    assert set(by_name["A100-80GB"]) == {"name", "memory_gb", "interconnects", "prices"}
+    assert set(by_name["A100-80GB"]["prices"]) == {"on_demand", "spot", "reserved"}
+    assert set(body["backends"]) == {"local", "kubernetes", "address"}
+    assert body["defaults"]["backend"] == "local"
+
+
+class TestServerConfig:
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        return {
+            "ServerApp": {"jpserver_extensions": {"gpugeek_jupyter": True}},
+            "GpugeekConfig": {"idle_timeout_minutes": 45.0, "default_backend": "address"},
+        }
+
+    async def test_catalog_defaults_follow_the_servers_gpugeek_config(self, api: Fetch) -> None:
+        _, body = await api("GET", "catalog")
+        assert (body["defaults"]["idle_timeout"], body["defaults"]["backend"]) == (45.0, "address")
+
+
+async def test_launch_with_a_bad_value_is_400_naming_the_field(api: Fetch) -> None:
+    status, body = await api("POST", "pools", body={"gpu_type": "cpu", "count": 0, "backend": "local"})
+    assert (status, body["field"]) == (400, "count")
+    assert "--count" in body["message"] and "'0'" in body["message"]
+    status, body = await api("POST", "pools", body={"gpu_type": "Z80", "count": 1})
+    assert (status, body["field"]) == (400, "gpu_type")
+
+
+async def test_launch_with_a_live_pools_name_is_409(api: Fetch) -> None:
+    registered_pool("taken")
+    status, body = await api("POST", "pools", body={"gpu_type": "cpu", "count": 1, "backend": "local", "name": "taken"})
+    assert status == 409
+    assert "'taken' is already running" in body["message"]
+
+
+# -- XSRF: Jupyter exempts token-authenticated requests; cookie-authenticated writes need it -------
+async def login_cookies(jp_fetch: Any, token: str) -> dict[str, str]:
+    """Log in through /login as a browser does; returns the cookies (login and _xsrf)."""
+    page = await jp_fetch("login", headers={"Authorization": ""}, raise_error=False)
+    cookies = _cookies(page.headers.get_list("Set-Cookie"))
+    form = urllib.parse.urlencode({"password": token, "_xsrf": cookies["_xsrf"]})
+    answer = await jp_fetch(
+        "login",
+        method="POST",
+        body=form,
+        headers={"Authorization": "", "Cookie": _cookie_header(cookies)},
+        follow_redirects=False,
+        raise_error=False,
+    )
+    assert answer.code == 302, answer.body
+    cookies.update(_cookies(answer.headers.get_list("Set-Cookie")))
+    assert any(name.startswith("username-") for name in cookies)
+    return cookies
+
+
+def _cookies(headers: list[str]) -> dict[str, str]:
+    jar: SimpleCookie = SimpleCookie()
+    for header in headers:
+        jar.load(header)
+    return {name: morsel.value for name, morsel in jar.items()}
+
+
+def _cookie_header(cookies: dict[str, str]) -> str:
+    return "; ".join(f"{k}={v}" for k, v in cookies.items())
+
+
+@pytest.mark.parametrize(("method", "parts"), [("POST", ("pools",)), ("DELETE", ("pools", "ghost"))])
+async def test_cookie_authenticated_writes_need_the_xsrf_token(
+    api: Fetch, jp_fetch: Any, jp_serverapp: Any, method: str, parts: tuple[str, ...]
+) -> None:
+    cookies = await login_cookies(jp_fetch, jp_serverapp.identity_provider.token)
+    headers = {"Authorization": "", "Cookie": _cookie_header(cookies)}
+    body = {"count": 0} if method == "POST" else None
+    status, refused = await api(method, *parts, body=body, headers=dict(headers))
+    assert status == 403
+    assert "_xsrf" in refused["message"]
+    status, _ = await api(method, *parts, body=body, headers={**headers, "X-XSRFToken": cookies["_xsrf"]})
+    assert status == (400 if method == "POST" else 404)  # past authentication and XSRF, to the route itself
+
+
+async def test_cookie_authenticated_reads_need_no_xsrf_token(api: Fetch, jp_fetch: Any, jp_serverapp: Any) -> None:
+    cookies = await login_cookies(jp_fetch, jp_serverapp.identity_provider.token)
+    status, body = await api("GET", "pools", headers={"Authorization": "", "Cookie": _cookie_header(cookies)})
+    assert (status, body) == (200, {"pools": []})
+
+
+def test_error_reply_answers_each_error_class_with_its_http_status() -> None:
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.GpugeekError)]
+    assert len(classes) > 5
+    for cls in classes:
+        assert error_reply(cls("one line")) == (cls.http_status, {"message": "one line", "field": None})
+    assert error_reply(errors.SpecError("bad count", field="count")) == (400, {"message": "bad count", "field": "count"})
+    assert error_reply(web.HTTPError(403, "%s", "'_xsrf' missing")) == (403, {"message": "'_xsrf' missing", "field": None})
+    status, reply = error_reply(KeyError("spec"))
+    assert status == 500 and "KeyError" in reply["message"]
