@@ -51,19 +51,26 @@ class _WorkerTracker:
         self.registry = registry
         self.pool = pool
         self.open_intervals: dict[str, int] = {}  # worker address -> interval id
+        self.pricing: dict[str, str] = {}  # worker address -> spot, reserved or on_demand
 
     def sync(self, workers: dict[str, dict[str, Any]], pids: dict[str, int] | None = None) -> None:
         for address in set(self.open_intervals) - set(workers):
-            self.registry.close_worker_interval(self.open_intervals.pop(address), reason="worker left")
+            # a spot worker that vanishes from a live pool was taken back by the provider
+            reason = "preempted" if self.pricing.pop(address, None) == "spot" else "worker left"
+            self.registry.close_worker_interval(self.open_intervals.pop(address), reason=reason)
         for address, info in workers.items():
             if address in self.open_intervals:
                 continue
             name = info.get("name")
             index = int(name) if isinstance(name, int) or str(name).isdigit() else len(self.open_intervals)
+            # a backend whose workers belong to named groups (kubernetes: spot/default) prices by group
+            pricing_of = self.pool.running.extra.get("pricing_of_worker")
+            group_pricing = pricing_of(str(name)) if pricing_of else None
+            self.pricing[address] = group_pricing or self.pool.spec.pricing_of_worker(index)
             self.open_intervals[address] = self.registry.open_worker_interval(
                 self.pool.id,
                 worker_name=str(name),
-                pricing=self.pool.spec.pricing_of_worker(index),
+                pricing=self.pricing[address],
                 address=address,
                 host=info.get("host"),
                 pid=(pids or {}).get(address),
@@ -84,7 +91,23 @@ class PoolManager:
         # Called on the heartbeat thread for each owned, live pool after its beat (budget and idle
         # watchers, telemetry flushes). A hook must be quick and must not raise.
         self.heartbeat_hooks: list[Callable[[PoolManager, Pool], None]] = []
+        # Called with (manager, pool, reason) before an owned pool's workers are shut down, whoever
+        # stops it (user, budget, idle timeout, another process): the place to checkpoint and end the
+        # running job cleanly. A hook may block (bounded by its own timeout) and must not raise.
+        self.before_stop_hooks: list[Callable[[PoolManager, Pool, str], None]] = []
+        # Called with (pool, kind, message) when the core has something to tell the user (budget at
+        # 80 %, budget spent, idle shutdown); adapters (magics, widgets) subscribe, the core never prints.
+        self.notices: list[Callable[[Pool, str, str], None]] = []
         atexit.register(self.shutdown)
+
+    def post_notice(self, pool: Pool, kind: str, message: str) -> None:
+        """Hand ``message`` to every subscriber of :attr:`notices`; a failing subscriber is logged."""
+        log.info("pool %s: %s", pool.name, message)
+        for callback in list(self.notices):
+            try:
+                callback(pool, kind, message)
+            except Exception as e:
+                log.warning("notice subscriber %s failed for pool %s: %s", getattr(callback, "__name__", callback), pool.name, e)
 
     # -- queries ---------------------------------------------------------------------------------
     @property
@@ -133,17 +156,24 @@ class PoolManager:
                 raise
             raise PoolStartError(f"pool '{spec.name}' failed to start: {reason}") from e
         pool = Pool(record, running, self, owned=True)
+        tracker = _WorkerTracker(self.registry, pool)
         with self._lock:
-            self._pools[spec.name] = pool
-            self._trackers[spec.name] = _WorkerTracker(self.registry, pool)
-            self._current = spec.name
+            self._trackers[spec.name] = tracker
         self._sync_workers(spec.name)
+        from ..telemetry import install as install_telemetry
+
+        install_telemetry(pool)  # samplers on every worker, now and after restarts; never raises
         self.registry.set_pool_status(
             record.id,
             PoolStatus.READY,
             scheduler_address=running.scheduler_address,
             dashboard_link=running.dashboard_link,
         )
+        # Only now may the heartbeat thread see the pool: a stop requested while it was starting is
+        # carried out on the next beat instead of being overwritten by READY.
+        with self._lock:
+            self._pools[spec.name] = pool
+            self._current = spec.name
         log.info("pool %s ready: %s", spec.name, running.dashboard_link)
         return pool
 
@@ -208,6 +238,11 @@ class PoolManager:
         if record.status.is_live:
             self.registry.set_pool_status(pool.id, PoolStatus.STOPPING)
         self._forget(pool.name)
+        for hook in list(self.before_stop_hooks):  # e.g. checkpoint and end the running job first
+            try:
+                hook(self, pool, reason)
+            except Exception as e:
+                log.warning("before-stop hook %s failed for pool %s: %s", getattr(hook, "__name__", hook), pool.name, e)
         try:
             pool.running.close()
             final, why = PoolStatus.STOPPED, reason
@@ -301,5 +336,8 @@ def get_pool_manager() -> PoolManager:
     global _manager
     with _manager_lock:
         if _manager is None:
+            from ..cost.guards import install_cost_hooks
+
             _manager = PoolManager()
+            install_cost_hooks(_manager)  # utilization samples, budget and idle-shutdown watchers
         return _manager

@@ -116,7 +116,8 @@ def make_pool_model(
         "count": spec.count,
         "workers_ready": workers_ready,
         "spot_workers": spec.spot_workers,
-        "reserved_workers": spec.reserved_workers,
+        # the panel splits count into spot / reserved / on-demand; non-spot workers are one or the other
+        "reserved_workers": spec.reserved_workers if spec.base_pricing == "reserved" else 0,
         "usd_per_hour": _round_usd(cost.usd_per_hour),
         "usd_so_far": _round_usd(cost.usd_so_far),
         "budget_usd": spec.budget,

@@ -12,7 +12,8 @@ export function formatUsd(value: number | null | undefined): string {
   }
   const sign = value < 0 ? '-' : '';
   const magnitude = Math.abs(value);
-  const digits = magnitude > 0 && magnitude < 0.01 ? 4 : 2;
+  // small amounts keep enough digits to be seen growing (a young pool, a $0.015 spot price)
+  const digits = magnitude === 0 || magnitude >= 1 ? 2 : magnitude < 0.01 ? 6 : 4;
   // No thousands separators: the text stays machine-readable.
   return `${sign}$${magnitude.toFixed(digits)}`;
 }

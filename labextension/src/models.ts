@@ -123,6 +123,11 @@ export const DEFAULT_BACKENDS: readonly PoolBackend[] = [
   'kubernetes'
 ];
 
+/** Whether a pool in `status` has running processes (and so a dashboard worth linking to). */
+export function isLive(status: PoolStatus): boolean {
+  return status === 'starting' || status === 'ready' || status === 'stopping';
+}
+
 /** Whether a Stop request still means something for a pool in `status`. */
 export function canStopPool(status: PoolStatus): boolean {
   return status !== 'stopping' && status !== 'stopped';

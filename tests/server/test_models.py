@@ -92,7 +92,8 @@ def test_live_pool_costs_its_workers_intervals_at_the_prices_fixed_at_launch(reg
     assert model["usd_per_hour"] == pytest.approx(prices["spot"] + prices["on_demand"])
     assert model["budget_usd"] == 10.0
     assert model["budget_fraction"] == pytest.approx(expected / 10.0, rel=1e-6)
-    assert (model["workers_ready"], model["spot_workers"], model["reserved_workers"]) == (2, 1, 1)
+    # the non-spot worker is priced on-demand (the default), so none is counted as reserved
+    assert (model["workers_ready"], model["spot_workers"], model["reserved_workers"]) == (2, 1, 0)
 
 
 def test_stopped_pool_keeps_its_spend_but_costs_nothing_per_hour(registry: Registry, clock: Clock) -> None:

@@ -1,0 +1,244 @@
+"""The "GPU pools" side panel in a real JupyterLab, driven by headless Chromium.
+
+The panel sees pools whoever launched them (its own form, a notebook kernel), shows their state
+and growing cost, stops them (after a confirmation) so that no worker process is left, catches
+form mistakes before anything is launched, and says once when the server stops answering.
+
+Screenshots go to ``test-artifacts/browser/<test>/``. With ``GPUGEEK_UPDATE_DOCS_SCREENSHOT=1``
+the one of the panel with two pools also replaces ``docs/images/side-panel.png`` (the README's).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gpugeek_jupyter.store import PoolStatus, Registry
+from support.kernel import KernelSession
+
+from .lab_server import LabServer, start_lab
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+PANEL = "#gpugeek-sidebar"
+TAB = 'li[data-id="gpugeek-sidebar"]'
+DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "side-panel.png"
+READY_TIMEOUT_MS = 45_000
+STOP_TIMEOUT_MS = 30_000
+
+
+def expect(target: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(target)
+
+
+@pytest.fixture
+def page(browser_context: Any) -> Iterator[Any]:
+    page = browser_context.new_page()
+    try:
+        yield page
+    finally:
+        page.close()
+
+
+def open_panel(page: Any, lab: LabServer) -> Any:
+    """Load JupyterLab and show the panel (it may already be open: JupyterLab restores its layout)."""
+    page.goto(lab.lab_url)
+    page.locator(TAB).wait_for()
+    page.locator("#jupyterlab-splash").wait_for(state="detached")  # the layout is restored
+    panel = page.locator(PANEL)
+    if not panel.is_visible():
+        page.locator(TAB).click()
+    expect(panel).to_be_visible()
+    # the launch form has the server's catalog
+    expect(panel.locator('select[name="gpu_type"] option[value="cpu"]')).to_have_count(1)
+    return panel
+
+
+def widen_sidebar(page: Any, right_edge_px: int = 400) -> None:
+    """Drag the left sidebar's edge so the screenshots show pool rows without wrapping."""
+    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
+    box = handle.bounding_box()
+    middle_y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] / 2, middle_y)
+    page.mouse.down()
+    page.mouse.move(right_edge_px, middle_y, steps=5)
+    page.mouse.up()
+
+
+def pool_row(panel: Any, name: str) -> Any:
+    return panel.locator(f'.gpugeek-pool-row[data-pool-name="{name}"]')
+
+
+def fill_launch_form(panel: Any, **values: str) -> None:
+    form = panel.locator(".gpugeek-launch-form")
+    for field, value in values.items():
+        control = form.locator(f'[name="{field}"]')
+        if control.evaluate("element => element.tagName") == "SELECT":
+            control.select_option(value)
+        else:
+            control.fill(value)
+
+
+def usd_so_far(row: Any) -> float:
+    return float(row.locator(".gpugeek-usd-so-far").get_attribute("data-usd"))
+
+
+def wait_for_growing_cost(row: Any, seconds: float = 15.0) -> tuple[float, float]:
+    first = usd_so_far(row)
+    deadline = time.monotonic() + seconds
+    latest = first
+    while latest <= first and time.monotonic() < deadline:
+        row.page.wait_for_timeout(250)
+        latest = usd_so_far(row)
+    return first, latest
+
+
+def worker_pids(registry: Registry, name: str, count: int, seconds: float = 15.0) -> list[int]:
+    """The pool's worker pids, once the owner has recorded all ``count`` of them."""
+    deadline = time.monotonic() + seconds
+    while True:
+        pool = registry.latest_pool(name)
+        pids = [w.pid for w in registry.worker_intervals(pool.id) if w.pid]
+        if len(pids) >= count or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.2)
+
+
+def alive(pids: list[int]) -> list[int]:
+    living = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                living.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return living
+
+
+def wait_until_gone(pids: list[int], seconds: float = 15.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    living = alive(pids)
+    while living and time.monotonic() < deadline:
+        time.sleep(0.2)
+        living = alive(living)
+    return living
+
+
+def stop_from_panel(panel: Any, name: str) -> None:
+    row = pool_row(panel, name)
+    row.locator(".gpugeek-stop-button").click()
+    dialog = panel.page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text(f"Stop pool {name}?")
+    dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
+    expect(row.locator(".gpugeek-status")).to_have_text("stopped", timeout=STOP_TIMEOUT_MS)
+    expect(row.locator(".gpugeek-stop-button")).to_be_disabled()
+
+
+@pytest.fixture
+def kernel(lab: LabServer) -> Iterator[KernelSession]:
+    """A notebook kernel on the same registry as the server, with the magics loaded."""
+    session = KernelSession(
+        env={"GPUGEEK_REGISTRY": str(lab.registry), "GPUGEEK_HEARTBEAT": "0.5", "GPUGEEK_PRELOAD_TORCH": "0"}
+    )
+    try:
+        loaded = session.run("%load_ext gpugeek_jupyter", timeout=30)
+        assert loaded.error is None, loaded.text
+        yield session
+    finally:
+        session.shutdown()
+
+
+def test_panel_shows_pools_from_its_form_and_a_kernel_and_stops_both_leaving_no_worker(
+    page: Any, lab: LabServer, kernel: KernelSession, artifacts: Path
+) -> None:
+    registry = Registry(lab.registry)
+    panel = open_panel(page, lab)
+    widen_sidebar(page)
+
+    fill_launch_form(panel, gpu_type="cpu", count="2", backend="local", spot_fraction="0.5", budget="0.05", name="from-panel")
+    panel.locator(".gpugeek-launch-button").click()
+    panel_row = pool_row(panel, "from-panel")
+    expect(panel_row.locator(".gpugeek-status")).to_have_text("ready", timeout=READY_TIMEOUT_MS)
+    expect(panel_row.locator(".gpugeek-pool-workers")).to_have_text("2/2 ready")
+    first, later = wait_for_growing_cost(panel_row)
+    assert later > first > 0, f"USD so far did not grow: {first} then {later}"
+    page.screenshot(path=str(artifacts / "1-launched-from-panel.png"))
+
+    launched = kernel.run("%gpugeek_launch --gpu-type cpu --count 1 --name from-kernel --quiet", timeout=60)
+    assert launched.error is None, launched.text
+    assert registry.latest_pool("from-kernel").owner_pid == kernel.pid  # not the server's pool
+    kernel_row = pool_row(panel, "from-kernel")
+    expect(kernel_row.locator(".gpugeek-status")).to_have_text("ready", timeout=READY_TIMEOUT_MS)
+    first, later = wait_for_growing_cost(kernel_row)
+    assert later > first > 0, f"USD so far did not grow: {first} then {later}"
+    page.screenshot(path=str(artifacts / "2-two-pools.png"))
+    if os.environ.get("GPUGEEK_UPDATE_DOCS_SCREENSHOT") == "1":
+        DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(artifacts / "2-two-pools.png", DOCS_SCREENSHOT)
+
+    pids = {name: worker_pids(registry, name, count) for name, count in (("from-panel", 2), ("from-kernel", 1))}
+    assert [len(pids["from-panel"]), len(pids["from-kernel"])] == [2, 1], pids
+    assert alive(pids["from-panel"] + pids["from-kernel"]) == pids["from-panel"] + pids["from-kernel"]
+
+    stop_from_panel(panel, "from-panel")
+    stop_from_panel(panel, "from-kernel")
+    page.screenshot(path=str(artifacts / "3-both-stopped.png"))
+
+    assert [registry.latest_pool(name).status for name in pids] == [PoolStatus.STOPPED, PoolStatus.STOPPED]
+    assert wait_until_gone(pids["from-panel"] + pids["from-kernel"]) == []
+    assert psutil.pid_exists(kernel.pid), "stopping its pool from the panel must not end the kernel"
+
+
+def test_invalid_count_shows_an_inline_error_and_launches_nothing(page: Any, lab: LabServer, artifacts: Path) -> None:
+    panel = open_panel(page, lab)
+    posts: list[str] = []
+
+    def record_post(request: Any) -> None:
+        if request.method == "POST" and "/gpugeek/" in request.url:
+            posts.append(request.url)
+
+    page.on("request", record_post)
+
+    fill_launch_form(panel, gpu_type="cpu", count="0", name="never-launched")
+    panel.locator(".gpugeek-launch-button").click()
+
+    error = panel.locator('.gpugeek-field[data-field="count"] .gpugeek-field-error')
+    expect(error).to_have_text("count must be a whole number from 1 to 1024, got '0' (e.g. 4)")
+    expect(panel.locator('[name="count"]')).to_have_attribute("aria-invalid", "true")
+    expect(panel.locator(".gpugeek-field-error")).to_have_count(1)  # only the bad field is blamed
+    page.screenshot(path=str(artifacts / "invalid-count.png"))
+    panel.locator(".gpugeek-refresh-button").click()  # one more poll: the pool must still be absent
+    expect(pool_row(panel, "never-launched")).to_have_count(0)
+    assert posts == []
+    assert "never-launched" not in [record.name for record in Registry(lab.registry).list_pools()]
+
+
+def test_outage_notice_appears_once_while_the_server_is_down(
+    page: Any, chromium: Path, tmp_path: Path, artifacts: Path
+) -> None:
+    server = start_lab(tmp_path / "lab", tmp_path / "lab" / "gpugeek.sqlite")
+    try:
+        panel = open_panel(page, server)
+        outage = panel.locator(".gpugeek-outage")
+        expect(outage).to_be_hidden()
+        assert server.stop() == []
+
+        expect(outage).to_be_visible(timeout=20_000)
+        expect(outage.locator(".gpugeek-outage-message")).to_have_text("The Jupyter server is not answering.")
+        for _ in range(2):  # more failed polls keep the one notice
+            panel.locator(".gpugeek-refresh-button").click()
+            page.wait_for_timeout(500)
+        expect(panel.locator(".gpugeek-outage-message")).to_have_count(1)
+        expect(outage.locator(".gpugeek-outage-hint")).to_contain_text("jupyter server extension list")
+        page.screenshot(path=str(artifacts / "outage.png"))
+    finally:
+        server.stop()
