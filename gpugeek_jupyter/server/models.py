@@ -64,28 +64,24 @@ class TelemetryView:
     mean_sm_util: float | None = None  # percent, latest sample, mean over the pool's GPUs
     sm_util_history: list[float] = field(default_factory=list)  # percent, oldest first
     util_reason: str | None = None  # why there is no utilization, when there is none
+    util_kind: str = "sm"  # what mean_sm_util measures: "sm" (GPU SM %) or "cpu" (CPU % of cpu workers)
 
 
 def pool_telemetry(registry: Registry, record: PoolRecord, history: int = UTIL_HISTORY) -> TelemetryView:
     """The latest telemetry of a pool: the one place the server reads telemetry from.
 
-    Utilization comes from the registry's per-heartbeat utilization rows (NVML, written by the
-    pool's owner's cost watcher); rows of cpu pools measure CPUs, so they are not shown as GPU
-    utilization. Detailed
-    samples need the telemetry engine, which the server cannot read yet: it says so instead of
-    inventing numbers.
+    Utilization comes from the registry's per-heartbeat utilization rows, written by the pool's
+    owner: mean SM utilization over its GPUs (NVML), or for cpu pools mean CPU utilization of its
+    workers (``util_kind`` says which, so the panel labels it). Detailed samples need the telemetry
+    engine, which the server cannot read yet: it says so instead of inventing numbers.
     """
-    if record.gpu_type == CPU:
-        percents: list[float] = []
-        util_reason: str | None = "a cpu pool has no GPU utilization to show"
-    else:
-        rows = [s for s in registry.utilization(record.id) if s.gpus > 0][-history:]
-        percents = [round(100.0 * min(1.0, max(0.0, s.mean_util)), 2) for s in rows]
-        util_reason = None if percents else "no GPU utilization samples yet"
+    rows = registry.utilization(record.id)[-history:]
+    percents = [round(100.0 * min(1.0, max(0.0, s.mean_util)), 2) for s in rows]
     return TelemetryView(
         mean_sm_util=percents[-1] if percents else None,
         sm_util_history=percents,
-        util_reason=util_reason,
+        util_kind="cpu" if record.gpu_type == CPU else "sm",
+        util_reason=None if percents or not record.status.is_live else "no utilization samples yet",
     )
 
 
@@ -106,8 +102,6 @@ def make_pool_model(
     if record.status.is_live:
         workers_ready = sum(1 for i in intervals if i.pool_id == record.id and i.stopped_at is None)
     reason = record.reason
-    if reason is None and record.status.is_live:
-        reason = telemetry.util_reason
     return {
         "name": record.name,
         "status": record.status.value,
@@ -124,6 +118,7 @@ def make_pool_model(
         "budget_fraction": cost.budget_fraction,
         "mean_sm_util": telemetry.mean_sm_util,
         "sm_util_history": list(telemetry.sm_util_history),
+        "util_kind": telemetry.util_kind,
         "dashboard_link": record.dashboard_link,
         "scheduler_address": record.scheduler_address or "",
         "owner": record.owner,

@@ -41,6 +41,8 @@ export interface IPoolModel {
   mean_sm_util: number | null;
   /** Recent mean SM utilisation in percent, oldest first; may be empty. */
   sm_util_history: number[];
+  /** What the utilisation numbers measure: GPU SM % or, for cpu pools, CPU %. */
+  util_kind: 'sm' | 'cpu';
   dashboard_link: string | null;
   scheduler_address: string;
   /** Who created the pool: "kernel <id>", "server" or "pid N". */

@@ -144,14 +144,17 @@ function renderUtilisation(pool: IPoolModel): HTMLElement {
         viewBox: `0 0 ${SPARKLINE_WIDTH} ${SPARKLINE_HEIGHT}`,
         preserveAspectRatio: 'none',
         role: 'img',
-        'aria-label': `SM utilisation, last ${samples} samples`
+        'aria-label': `${pool.util_kind === 'cpu' ? 'CPU' : 'SM'} utilisation, last ${samples} samples`
       },
       points ? [svg('polyline', { points, fill: 'none' })] : []
     ),
     h('span', {
       class: 'gpugeek-sm-util',
-      text: `SM ${formatUtilisation(pool.mean_sm_util)}`,
-      title: 'Mean streaming-multiprocessor utilisation across the pool'
+      text: `${pool.util_kind === 'cpu' ? 'CPU' : 'SM'} ${formatUtilisation(pool.mean_sm_util)}`,
+      title:
+        pool.util_kind === 'cpu'
+          ? 'Mean CPU utilisation of the pool\'s workers'
+          : 'Mean streaming-multiprocessor utilisation across the pool'
     })
   ]);
 }

@@ -16,6 +16,7 @@ export function makePool(overrides: Partial<IPoolModel> = {}): IPoolModel {
     budget_fraction: 0.042,
     mean_sm_util: 63.4,
     sm_util_history: [10, 50, 90],
+    util_kind: 'sm',
     dashboard_link: 'http://127.0.0.1:8787/status',
     scheduler_address: 'tcp://127.0.0.1:8786',
     owner: 'kernel 1234',

@@ -128,15 +128,15 @@ def test_gpu_utilization_rows_become_percent_history_and_latest_mean(registry: R
     model = pool_model(registry, record, START + 3.0)
     assert model["sm_util_history"] == [25.0, 50.0, 87.5]
     assert model["mean_sm_util"] == 87.5
-    assert model["reason"] is None
+    assert (model["reason"], model["util_kind"]) == (None, "sm")
 
 
-def test_cpu_pool_shows_no_gpu_utilization_and_says_why(registry: Registry, clock: Clock) -> None:
+def test_cpu_pool_shows_cpu_utilization_labelled_as_such(registry: Registry, clock: Clock) -> None:
     record = two_worker_pool(registry)
     registry.add_utilization(record.id, 0.9, gpus=2, at=START + 1.0)  # its CPUs, busy; not GPUs
     model = pool_model(registry, record, START + 1.0)
-    assert (model["mean_sm_util"], model["sm_util_history"]) == (None, [])
-    assert "cpu pool" in model["reason"]
+    assert (model["mean_sm_util"], model["sm_util_history"], model["util_kind"]) == (90.0, [90.0], "cpu")
+    assert model["reason"] is None
 
 
 def test_openapi_describes_every_route_and_the_models_keys() -> None:
