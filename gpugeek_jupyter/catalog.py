@@ -43,6 +43,8 @@ class GpuType:
     k8s_product: str
     interconnects: tuple[str, ...]
     prices: Prices
+    purchase_usd: float = 0.0  # owning one, for owned-vs-cloud (cost.tco.compare_owned)
+    power_watts: float = 0.0
 
     @property
     def is_cpu(self) -> bool:
@@ -60,6 +62,8 @@ class GpuType:
             "k8s_product": self.k8s_product,
             "interconnects": list(self.interconnects),
             "prices": self.prices.to_dict(),
+            "purchase_usd": self.purchase_usd,
+            "power_watts": self.power_watts,
         }
 
 
@@ -144,6 +148,8 @@ def _build(raw: dict[str, Any]) -> Catalog:
                 k8s_product=row.get("k8s_product", ""),
                 interconnects=tuple(row["interconnects"]),
                 prices=Prices(float(row["on_demand"]), float(row["spot"]), float(row["reserved"])),
+                purchase_usd=float(row.get("purchase_usd", 0.0)),
+                power_watts=float(row.get("power_watts", 0.0)),
             )
         except KeyError as e:
             raise SpecError(f"catalog entry '{name}' lacks the key {e} (see gpugeek_jupyter/data/catalog.toml)") from e

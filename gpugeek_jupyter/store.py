@@ -1,8 +1,10 @@
 """The registry: one SQLite file (WAL) that every kernel and the server share.
 
 It holds pools (spec, backend, addresses, owner, status, heartbeat), worker intervals (when each
-worker ran and whether it was priced as spot or reserved; cost is computed from these rows) and
-jobs. Anything that must survive a crash lives here, and only here.
+worker ran and whether it was priced as spot or reserved; cost is computed from these rows),
+jobs, and, for cost's idle spend, storage and network, one utilization sample per heartbeat and
+the data volumes a pool or job recorded or a user stated. Anything that must survive a crash lives
+here, and only here.
 
 Pool statuses and their transitions (see :class:`PoolStatus`):
 ``starting -> ready -> stopping -> stopped``; ``starting -> failed``; any live status -> ``lost``
@@ -128,6 +130,29 @@ CREATE TABLE IF NOT EXISTS pool_events (
     kind TEXT NOT NULL,
     message TEXT NOT NULL
 );
+-- one row per heartbeat of a live pool: mean GPU (cpu pools: CPU) utilization 0..1 over its devices,
+-- and bytes its hosts sent on non-loopback interfaces since the previous row (idle spend, network cost)
+CREATE TABLE IF NOT EXISTS utilization (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    pool_id INTEGER NOT NULL REFERENCES pools(id),
+    at REAL NOT NULL,
+    mean_util REAL NOT NULL,
+    gpus INTEGER NOT NULL,
+    net_bytes INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS utilization_pool ON utilization(pool_id, at);
+-- storage and network volumes of a pool or one of its jobs: 'recorded' by the pool or a job
+-- (network rows add up), or 'stated' by the user (the latest stated network row is the total)
+CREATE TABLE IF NOT EXISTS data_volumes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    pool_id INTEGER NOT NULL REFERENCES pools(id),
+    job_id TEXT,
+    at REAL NOT NULL,
+    storage_gb REAL,
+    network_gb REAL,
+    source TEXT NOT NULL CHECK (source IN ('recorded', 'stated'))
+);
+CREATE INDEX IF NOT EXISTS data_volumes_pool ON data_volumes(pool_id);
 """
 
 
@@ -175,6 +200,25 @@ class WorkerInterval:
     started_at: float
     stopped_at: float | None
     stop_reason: str | None
+
+
+@dataclass(frozen=True)
+class UtilizationSample:
+    pool_id: int
+    at: float
+    mean_util: float
+    gpus: int
+    net_bytes: int
+
+
+@dataclass(frozen=True)
+class DataVolume:
+    pool_id: int
+    job_id: str | None
+    at: float
+    storage_gb: float | None
+    network_gb: float | None
+    source: str
 
 
 @dataclass(frozen=True)
@@ -463,6 +507,74 @@ class Registry:
         else:
             rows = self._read("SELECT * FROM workers WHERE pool_id = ? ORDER BY id", (pool_id,))
         return [WorkerInterval(**dict(r)) for r in rows]
+
+    def worker_seconds(self, pool_id: int, start: float, end: float, open_end: float) -> dict[str, float]:
+        """Worker-seconds per pricing inside ``[start, end]``, open intervals counted up to ``open_end``."""
+        rows = self._read(
+            "SELECT pricing, SUM(MAX(0.0, MIN(COALESCE(stopped_at, ?), ?) - MAX(started_at, ?))) AS seconds"
+            " FROM workers WHERE pool_id = ? GROUP BY pricing",
+            (open_end, end, start, pool_id),
+        )
+        return {row["pricing"]: float(row["seconds"] or 0.0) for row in rows}
+
+    # -- utilization and data volumes (cost: idle spend, storage, network) ------------------------
+    def add_utilization(
+        self, pool_id: int, mean_util: float, gpus: int, net_bytes: int = 0, at: float | None = None
+    ) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO utilization (pool_id, at, mean_util, gpus, net_bytes) VALUES (?,?,?,?,?)",
+                (pool_id, at if at is not None else self.clock(), float(mean_util), int(gpus), int(net_bytes)),
+            )
+
+    def utilization(self, pool_id: int, since: float | None = None, until: float | None = None) -> list[UtilizationSample]:
+        rows = self._read(
+            "SELECT pool_id, at, mean_util, gpus, net_bytes FROM utilization"
+            " WHERE pool_id = ? AND at >= ? AND at <= ? ORDER BY at, id",
+            (pool_id, since if since is not None else float("-inf"), until if until is not None else float("inf")),
+        )
+        return [UtilizationSample(**dict(r)) for r in rows]
+
+    def utilization_series(self, pool_id: int, since: float, until: float) -> list[tuple[float, float]]:
+        """``(at, mean_util)`` of the samples in ``[since, until]`` and of the nearest one on each side
+        (a sample covers the time since the one before it), oldest first. Plain tuples: the lean form
+        that a week of heartbeats (300,000 rows) needs."""
+        cursor = self._connection().cursor()
+        cursor.row_factory = None  # building Row objects would dominate the time
+        select = "SELECT at, mean_util FROM utilization WHERE pool_id = ? AND "
+        before = cursor.execute(select + "at < ? ORDER BY at DESC, id DESC LIMIT 1", (pool_id, since)).fetchall()
+        inside = cursor.execute(select + "at >= ? AND at <= ? ORDER BY at, id", (pool_id, since, until)).fetchall()
+        after = cursor.execute(select + "at > ? ORDER BY at, id LIMIT 1", (pool_id, until)).fetchall()
+        return before + inside + after
+
+    def network_bytes(self, pool_id: int, since: float, until: float) -> int:
+        """Bytes the pool's hosts were measured to send in samples taken in ``(since, until]``."""
+        rows = self._read(
+            "SELECT COALESCE(SUM(net_bytes), 0) AS total FROM utilization WHERE pool_id = ? AND at > ? AND at <= ?",
+            (pool_id, since, until),
+        )
+        return int(rows[0]["total"])
+
+    def add_data_volume(
+        self,
+        pool_id: int,
+        storage_gb: float | None = None,
+        network_gb: float | None = None,
+        source: str = "recorded",
+        job_id: str | None = None,
+    ) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO data_volumes (pool_id, job_id, at, storage_gb, network_gb, source) VALUES (?,?,?,?,?,?)",
+                (pool_id, job_id, self.clock(), storage_gb, network_gb, source),
+            )
+
+    def data_volumes(self, pool_id: int) -> list[DataVolume]:
+        rows = self._read(
+            "SELECT pool_id, job_id, at, storage_gb, network_gb, source FROM data_volumes WHERE pool_id = ? ORDER BY at, id",
+            (pool_id,),
+        )
+        return [DataVolume(**dict(r)) for r in rows]
 
     # -- jobs ------------------------------------------------------------------------------------
     def add_job(

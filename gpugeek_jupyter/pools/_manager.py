@@ -62,7 +62,7 @@ class _WorkerTracker:
             if address in self.open_intervals:
                 continue
             name = info.get("name")
-            index = int(name) if isinstance(name, int) or str(name).isdigit() else len(self.open_intervals)
+            index = int(str(name)) if isinstance(name, int) or str(name).isdigit() else len(self.open_intervals)
             # a backend whose workers belong to named groups (kubernetes: spot/default) prices by group
             pricing_of = self.pool.running.extra.get("pricing_of_worker")
             group_pricing = pricing_of(str(name)) if pricing_of else None

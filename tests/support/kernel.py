@@ -91,5 +91,10 @@ class KernelSession:
                 self.manager.shutdown_kernel(now=False)
 
     def kill(self) -> None:
+        """SIGKILL the kernel process, as the OOM killer or `kill -9` would."""
+        import os
+        import signal
+
+        os.kill(self.pid, signal.SIGKILL)
         self.client.stop_channels()
-        self.manager.kill_kernel()
+        self.manager.cleanup_resources()

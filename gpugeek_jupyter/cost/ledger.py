@@ -1,0 +1,390 @@
+"""The ledger: what a pool (or one job) has cost, computed from durable registry rows.
+
+Nothing is counted in memory. Compute cost is a query over the ``workers`` intervals, each priced at
+the rate stored with the pool when it started (spot, reserved or on-demand USD per GPU-hour), so the
+number survives a kernel or server crash and is the same in the notebook, the side panel and the
+report. Intervals still open accrue up to ``now`` while the pool's owner heart-beats; once the owner
+has been silent for ``lost_after_seconds`` they stop at its last heartbeat, exactly where
+:meth:`Registry.mark_lost_pools` will close them.
+
+Storage is priced per GB-month for the time the window lasted (730 h a month); network per GB. Idle
+spend is the sum over utilization samples of the cost of the time each sample covers times
+``1 - utilization``.
+
+>>> breakdown = pool_cost(get_registry(), pool_id=3)            # doctest: +SKIP
+>>> breakdown.total_usd, breakdown.usd_per_hour_now             # doctest: +SKIP
+(12.41, 6.97)
+>>> breakdown.idle_sentence()                                   # doctest: +SKIP
+'USD 4.10 of USD 12.41 went to idle GPUs'
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from ..errors import NotFoundError
+from ..store import JobRecord, JobStatus, PoolRecord, Registry, WorkerInterval
+
+HOURS_PER_MONTH = 730.0  # 365 x 24 / 12, the convention cloud providers bill GB-months with
+PRICINGS = ("spot", "reserved", "on_demand")
+
+
+def cents(amount: float) -> Decimal:
+    """``amount`` rounded half up to the cent, as people round money (3.485 -> 3.49)."""
+    return Decimal(repr(round(amount, 9))).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+
+
+def format_usd(amount: float) -> str:
+    """'USD 1,234.57'."""
+    return f"USD {cents(amount):,}"
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """A spot worker taken back while its pool was live."""
+
+    worker_name: str
+    started_at: float
+    stopped_at: float
+    hours: float
+    usd: float
+
+
+@dataclass(frozen=True)
+class CostBreakdown:
+    """The cost of one pool, or of one job on it, over ``[start, end]``; every amount in USD."""
+
+    pool_id: int
+    pool_name: str
+    job_id: str | None
+    gpu_type: str
+    status: str
+    start: float
+    end: float
+    live: bool
+    worker_hours: dict[str, float]  # by pricing: spot, reserved, on_demand
+    compute_usd_by_pricing: dict[str, float]
+    usd_per_hour_now: float  # 0 unless the pool is live and its workers run
+    storage_gb: float
+    storage_usd: float
+    network_gb: float
+    network_usd: float
+    idle_usd: float  # compute spent while the GPUs were not busy
+    sampled_usd: float  # compute cost of the time covered by utilization samples
+    mean_utilization: float | None  # over the sampled time, weighted by cost
+    budget_usd: float | None
+    preemptions: tuple[Preemption, ...] = ()
+    prices: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def compute_usd(self) -> float:
+        return sum(self.compute_usd_by_pricing.values())
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(self.worker_hours.values())
+
+    @property
+    def total_usd(self) -> float:
+        return self.compute_usd + self.storage_usd + self.network_usd
+
+    @property
+    def hours(self) -> float:
+        return max(0.0, self.end - self.start) / 3600.0
+
+    @property
+    def budget_fraction(self) -> float | None:
+        """Share of the budget spent (1.0 = all of it), or None without a budget."""
+        if not self.budget_usd:
+            return None
+        return self.total_usd / self.budget_usd
+
+    def projected_usd(self, hours_ahead: float) -> float:
+        """Total after ``hours_ahead`` more hours at the present rate."""
+        return self.total_usd + self.usd_per_hour_now * hours_ahead
+
+    def hours_to_budget(self) -> float | None:
+        """Hours until the budget is spent at the present rate; None without a budget or a rate."""
+        if not self.budget_usd or self.usd_per_hour_now <= 0:
+            return None
+        return max(0.0, (self.budget_usd - self.total_usd) / self.usd_per_hour_now)
+
+    def idle_sentence(self) -> str:
+        """E.g. 'USD 41.20 of USD 96.00 went to idle GPUs' (of the time utilization was sampled)."""
+        if self.sampled_usd <= 0:
+            return "no utilization samples yet, so idle spend is unknown"
+        return f"{format_usd(self.idle_usd)} of {format_usd(self.sampled_usd)} went to idle GPUs"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, with the derived totals (for the side panel and the report)."""
+        data = asdict(self)
+        data.update(
+            compute_usd=self.compute_usd,
+            gpu_hours=self.gpu_hours,
+            total_usd=self.total_usd,
+            hours=self.hours,
+            budget_fraction=self.budget_fraction,
+            idle_sentence=self.idle_sentence(),
+        )
+        return data
+
+
+# -- public queries ---------------------------------------------------------------------------------
+def pool_cost(
+    registry: Registry,
+    pool_id: int,
+    now: float | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    lost_after_seconds: float | None = None,
+    include_idle: bool = True,
+) -> CostBreakdown:
+    """What pool ``pool_id`` has cost between ``since`` and ``until`` (default: its whole life, up to now).
+
+    ``include_idle=False`` skips the idle-spend scan over utilization samples (``idle_usd``,
+    ``sampled_usd`` and ``mean_utilization`` are then 0/None): what a ticking meter or a budget
+    check needs, at the cost of two aggregate queries.
+    """
+    record = registry.pool_by_id(pool_id)
+    now = registry.clock() if now is None else now
+    open_end, accruing = _open_intervals_end(record, now, lost_after_seconds)
+    start = record.created_at if since is None else max(since, record.created_at)
+    end = max(start, open_end if until is None else min(until, open_end))
+    return _breakdown(registry, record, None, start, end, open_end, accruing and end == open_end, include_idle)
+
+
+def job_cost(registry: Registry, job_id: str, now: float | None = None, lost_after_seconds: float | None = None) -> CostBreakdown:
+    """What job ``job_id`` has cost: every worker of its pool while the job ran (the job had the pool)."""
+    job = registry.job(job_id)
+    record = registry.pool_by_id(job.pool_id)
+    now = registry.clock() if now is None else now
+    open_end, accruing = _open_intervals_end(record, now, lost_after_seconds)
+    end = max(job.started_at, min(job.ended_at, open_end) if job.ended_at is not None else open_end)
+    return _breakdown(registry, record, job, job.started_at, end, open_end, accruing and job.ended_at is None, True)
+
+
+def pool_costs(
+    registry: Registry,
+    pool_ids: list[int] | None = None,
+    since: float | None = None,
+    now: float | None = None,
+) -> list[CostBreakdown]:
+    """One breakdown per pool (default: every pool in the registry) that still ran after ``since``."""
+    records = registry.list_pools() if pool_ids is None else [registry.pool_by_id(i) for i in pool_ids]
+    now = registry.clock() if now is None else now
+    return [
+        pool_cost(registry, r.id, now=now, since=since)
+        for r in records
+        if since is None or r.ended_at is None or r.ended_at >= since
+    ]
+
+
+def job_costs(registry: Registry, pool_id: int, since: float | None = None, now: float | None = None) -> list[CostBreakdown]:
+    """One breakdown per job of pool ``pool_id`` that still ran after ``since``, oldest first."""
+    jobs = sorted(registry.list_jobs(pool_id=pool_id, limit=1_000_000), key=lambda j: j.started_at)
+    return [job_cost(registry, j.id, now=now) for j in jobs if since is None or j.ended_at is None or j.ended_at >= since]
+
+
+def idle_since(
+    registry: Registry, pool_id: int, now: float, threshold: float, window_seconds: float, stale_after: float
+) -> float | None:
+    """Since when pool ``pool_id`` has been idle (no job pending or running, every utilization sample
+    under ``threshold``), looking back ``window_seconds``; None when it is busy, or when no sample
+    newer than ``stale_after`` seconds says how it is."""
+    record = registry.pool_by_id(pool_id)
+    jobs = registry.list_jobs(pool_id=pool_id)
+    if any(j.status in (JobStatus.PENDING, JobStatus.RUNNING) for j in jobs):
+        return None
+    samples = registry.utilization(pool_id, since=now - window_seconds - stale_after, until=now)
+    if not samples or now - samples[-1].at > stale_after:
+        return None
+    busy = [s.at for s in samples if s.mean_util >= threshold]
+    idle_from = busy[-1] if busy else samples[0].at
+    job_ends = [j.ended_at for j in jobs if j.ended_at is not None]
+    return max([idle_from, record.ready_at or record.created_at, *job_ends])
+
+
+# -- accrual ----------------------------------------------------------------------------------------
+def _open_intervals_end(record: PoolRecord, now: float, lost_after_seconds: float | None) -> tuple[float, bool]:
+    """Where the pool's still-open intervals stop accruing, and whether they accrue now."""
+    if not record.status.is_live:
+        return (record.ended_at if record.ended_at is not None else record.heartbeat_at), False
+    if lost_after_seconds is None:
+        from ..config import get_config
+
+        lost_after_seconds = get_config().lost_after_seconds
+    if now - record.heartbeat_at > lost_after_seconds:  # owner silent: mark_lost_pools ends it here
+        return record.heartbeat_at, False
+    return now, True
+
+
+def _clipped(interval: WorkerInterval, start: float, end: float, open_end: float) -> tuple[float, float]:
+    stopped = interval.stopped_at if interval.stopped_at is not None else open_end
+    return max(interval.started_at, start), min(stopped, end)
+
+
+class _RateCurve:
+    """USD per hour of a pool as a step function of time: breakpoints, the rate from each one on,
+    and the integral (USD-per-hour x seconds) up to each one."""
+
+    def __init__(self, pieces: list[tuple[float, float, float]]) -> None:
+        deltas: dict[float, float] = defaultdict(float)
+        for begin, finish, usd_per_hour in pieces:
+            if finish > begin:
+                deltas[begin] += usd_per_hour
+                deltas[finish] -= usd_per_hour
+        self.times = sorted(deltas)
+        self.rates: list[float] = []
+        self.area = [0.0]  # USD-per-hour x seconds from the first breakpoint to each one
+        rate = 0.0
+        for i, t in enumerate(self.times):
+            rate += deltas[t]
+            self.rates.append(rate)
+            if i + 1 < len(self.times):
+                self.area.append(self.area[-1] + rate * (self.times[i + 1] - t))
+
+
+def _breakdown(
+    registry: Registry,
+    record: PoolRecord,
+    job: JobRecord | None,
+    start: float,
+    end: float,
+    open_end: float,
+    accruing: bool,
+    include_idle: bool,
+) -> CostBreakdown:
+    prices = record.prices
+    seconds = registry.worker_seconds(record.id, start, end, open_end)
+    worker_hours = {p: seconds[p] / 3600.0 for p in PRICINGS if p in seconds}
+    intervals = registry.worker_intervals(record.id)
+    rate_now = sum(_price(prices, i.pricing) for i in intervals if i.stopped_at is None) if accruing else 0.0
+    idle = sampled = busy = 0.0
+    if include_idle:
+        curve = _RateCurve([(*_clipped(i, start, end, open_end), _price(prices, i.pricing)) for i in intervals])
+        idle, sampled, busy = _idle_spend(registry, record.id, curve, start, end)
+    net_bytes = registry.network_bytes(record.id, start, end)
+    storage_gb, network_gb = _volumes(registry, record.id, job.id if job else None, net_bytes, start, end)
+    storage_months = (end - start) / 3600.0 / HOURS_PER_MONTH
+    budget = record.spec.get("budget")
+    return CostBreakdown(
+        pool_id=record.id,
+        pool_name=record.name,
+        job_id=job.id if job else None,
+        gpu_type=record.gpu_type,
+        status=job.status.value if job else record.status.value,
+        start=start,
+        end=end,
+        live=accruing,
+        worker_hours=worker_hours,
+        compute_usd_by_pricing={p: hours * _price(prices, p) for p, hours in worker_hours.items()},
+        usd_per_hour_now=rate_now,
+        storage_gb=storage_gb,
+        storage_usd=storage_gb * float(prices.get("storage_usd_per_gb_month", 0.0)) * storage_months,
+        network_gb=network_gb,
+        network_usd=network_gb * float(prices.get("network_usd_per_gb", 0.0)),
+        idle_usd=idle,
+        sampled_usd=sampled,
+        mean_utilization=busy / sampled if sampled > 0 else None,
+        budget_usd=float(budget) if budget else None,  # 0 or None: no budget
+        preemptions=tuple(
+            _preemption(i, start, end, open_end, prices)
+            for i in intervals
+            if i.stop_reason == "preempted" and i.stopped_at is not None and start <= i.stopped_at <= end
+        ),
+        prices=dict(prices),
+    )
+
+
+def _price(prices: dict[str, Any], pricing: str) -> float:
+    try:
+        return float(prices[pricing])
+    except KeyError:
+        raise NotFoundError(f"the prices stored with this pool have no '{pricing}' rate (it has {sorted(prices)})") from None
+
+
+def _preemption(interval: WorkerInterval, start: float, end: float, open_end: float, prices: dict[str, Any]) -> Preemption:
+    begin, finish = _clipped(interval, start, end, open_end)
+    hours = max(0.0, finish - begin) / 3600.0
+    stopped = interval.stopped_at if interval.stopped_at is not None else finish
+    return Preemption(interval.worker_name, interval.started_at, stopped, hours, hours * _price(prices, interval.pricing))
+
+
+def _idle_spend(registry: Registry, pool_id: int, curve: _RateCurve, start: float, end: float) -> tuple[float, float, float]:
+    """(idle USD, sampled USD, utilization-weighted USD) over ``[start, end]``.
+
+    Each sample reports the utilization since the previous one, so it covers ``(previous.at, at]``;
+    a pool's first sample only sets the baseline. Samples and the rate's breakpoints are both in
+    time order, so one merged walk prices every span.
+    """
+    series = registry.utilization_series(pool_id, start, end)
+    times, rates, area = curve.times, curve.rates, curve.area
+    j = -1  # the last breakpoint at or before the time being priced
+    idle = sampled = busy = 0.0
+    previous_area: float | None = None
+    for at, mean_util in series:
+        x = min(max(at, start), end)
+        while j + 1 < len(times) and times[j + 1] <= x:
+            j += 1
+        area_here = area[j] + rates[j] * (x - times[j]) if j >= 0 else 0.0
+        if previous_area is not None:
+            usd = (area_here - previous_area) / 3600.0
+            utilization = min(1.0, max(0.0, mean_util))
+            sampled += usd
+            idle += usd * (1.0 - utilization)
+            busy += usd * utilization
+        previous_area = area_here
+    return idle, sampled, busy
+
+
+def _volumes(registry: Registry, pool_id: int, job_id: str | None, net_bytes: int, start: float, end: float) -> tuple[float, float]:
+    """(storage GB, network GB) of a pool (``job_id`` None) or of one of its jobs.
+
+    Storage: the latest amount stated or recorded for the job, else for the pool; a pool without its
+    own amount holds what its jobs recorded. Network: the latest stated total wins; otherwise the
+    recorded amounts plus what the pool's hosts were measured to send, inside the window.
+    """
+    rows = registry.data_volumes(pool_id)
+    own = [r for r in rows if r.job_id == job_id]
+    own_storage = [r.storage_gb for r in own if r.storage_gb is not None]
+    if own_storage:
+        storage_gb = float(own_storage[-1] or 0.0)
+    elif job_id is not None:
+        pool_storage = [r.storage_gb for r in rows if r.job_id is None and r.storage_gb is not None]
+        storage_gb = float(pool_storage[-1] or 0.0) if pool_storage else 0.0
+    else:
+        latest_per_job: dict[str, float] = {}
+        for r in rows:
+            if r.job_id is not None and r.storage_gb is not None:
+                latest_per_job[r.job_id] = float(r.storage_gb)
+        storage_gb = sum(latest_per_job.values())
+    stated = [r.network_gb for r in own if r.source == "stated" and r.network_gb is not None]
+    if stated:
+        return storage_gb, float(stated[-1] or 0.0)
+    scope = own if job_id is not None else rows
+    recorded = sum(float(r.network_gb or 0.0) for r in scope if r.source == "recorded" and start <= r.at <= end)
+    return storage_gb, recorded + net_bytes / 1e9
+
+
+def record_data_volume(
+    registry: Registry,
+    pool_id: int,
+    storage_gb: float | None = None,
+    network_gb: float | None = None,
+    job_id: str | None = None,
+    stated: bool = False,
+) -> None:
+    """Record storage held (GB) and/or network transferred (GB) by a pool or one of its jobs.
+
+    ``stated=True`` is a total the user gives (``%gpugeek_cost --storage-gb 500 --network-gb 40``);
+    otherwise an amount the pool or a job measured (network amounts add up).
+    """
+    from ..errors import SpecError
+
+    for name, value in (("storage_gb", storage_gb), ("network_gb", network_gb)):
+        if value is not None and not (isinstance(value, int | float) and value >= 0):
+            raise SpecError(f"{name} must be a number of GB >= 0, got '{value}' (e.g. --{name.replace('_', '-')} 500)", field=name)
+    registry.add_data_volume(pool_id, storage_gb, network_gb, source="stated" if stated else "recorded", job_id=job_id)

@@ -1,0 +1,336 @@
+"""Total cost of ownership: the cost report (table, DataFrame, bokeh chart, CSV) and owned vs cloud.
+
+The report applies the formula GPU-hours x price + storage x data volume + network x data
+transferred to each pool, and to each job on it, from :mod:`~gpugeek_jupyter.cost.ledger` breakdowns.
+
+>>> rows = cost_report(get_registry(), all_pools=True)          # doctest: +SKIP
+>>> to_dataframe(rows)[["pool", "job", "gpu_hours", "total_usd"]]  # doctest: +SKIP
+
+:func:`compare_owned` weighs renting against owning the same GPUs:
+
+>>> result = compare_owned("H100-80GB", hours_per_month=200)
+>>> round(result.break_even_utilization, 3)        # owning pays off above ~10 % use at on-demand prices
+0.104
+>>> result.cheaper
+'owned'
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..catalog import load_catalog
+from ..config import get_config
+from ..errors import NotFoundError, SpecError
+from ..store import Registry
+from .ledger import HOURS_PER_MONTH, CostBreakdown, job_costs, pool_cost, pool_costs
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from bokeh.plotting import figure as Figure
+
+# Owned-hardware assumptions, each overridable per call. Purchase price and board power per GPU type
+# come from the catalog (data/catalog.toml: purchase_usd, power_watts).
+DEFAULT_POWER_USD_PER_KWH = 0.12  # US commercial electricity, 2024-25 average (EIA Electric Power Monthly)
+DEFAULT_PUE = 1.4  # power usage effectiveness of a typical enterprise data centre (Uptime Institute survey ~1.5)
+DEFAULT_AMORTIZATION_MONTHS = 36  # three-year straight-line depreciation of servers, the common accounting choice
+
+COLUMNS = [
+    "pool", "job", "gpu_type", "status", "start", "end", "hours", "gpu_hours", "spot_hours", "reserved_hours",
+    "on_demand_hours", "compute_usd", "storage_gb", "storage_usd", "network_gb", "network_usd", "total_usd",
+    "idle_usd", "sampled_usd", "mean_utilization", "preemptions", "preempted_usd", "usd_per_hour_now", "budget_usd",
+]
+
+
+# -- the report -------------------------------------------------------------------------------------
+def parse_since(text: str | None) -> float | None:
+    """``--since 2026-11-01`` (or an ISO date-time, local time) as a timestamp."""
+    if text in (None, ""):
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(text)).timestamp()
+    except ValueError as e:
+        raise SpecError(f"--since '{text}' is not a date (e.g. --since 2026-11-01 or --since 2026-11-01T09:30)", field="since") from e
+
+
+def cost_report(
+    registry: Registry,
+    pool: int | str | None = None,
+    job_id: str | None = None,
+    all_pools: bool = False,
+    since: float | None = None,
+    by_job: bool = True,
+    now: float | None = None,
+) -> list[CostBreakdown]:
+    """Breakdowns for one job, one pool (by id or name; its jobs follow it), or every pool.
+
+    Pools whose owner died are marked lost first, so their cost ends at their last heartbeat.
+    """
+    registry.mark_lost_pools(get_config().lost_after_seconds)
+    if job_id is not None:
+        from .ledger import job_cost
+
+        return [job_cost(registry, job_id, now=now)]
+    if all_pools:
+        pools = pool_costs(registry, since=since, now=now)
+    elif pool is None:
+        raise SpecError("name a pool, a job or --all (e.g. %gpugeek_cost dev, --job ID, --all)", field="pool")
+    else:
+        record = registry.pool_by_id(pool) if isinstance(pool, int) else registry.latest_pool(str(pool))
+        pools = [pool_cost(registry, record.id, now=now, since=since)]
+    rows: list[CostBreakdown] = []
+    for breakdown in pools:
+        rows.append(breakdown)
+        if by_job:
+            rows.extend(job_costs(registry, breakdown.pool_id, since=since, now=now))
+    return rows
+
+
+def report_rows(breakdowns: list[CostBreakdown]) -> list[dict[str, Any]]:
+    """One flat, JSON-ready dict per breakdown, with the :data:`COLUMNS` keys."""
+    rows = []
+    for b in breakdowns:
+        rows.append(
+            {
+                "pool": b.pool_name,
+                "job": b.job_id or "",
+                "gpu_type": b.gpu_type,
+                "status": b.status,
+                "start": _iso(b.start),
+                "end": _iso(b.end),
+                "hours": b.hours,
+                "gpu_hours": b.gpu_hours,
+                "spot_hours": b.worker_hours.get("spot", 0.0),
+                "reserved_hours": b.worker_hours.get("reserved", 0.0),
+                "on_demand_hours": b.worker_hours.get("on_demand", 0.0),
+                "compute_usd": b.compute_usd,
+                "storage_gb": b.storage_gb,
+                "storage_usd": b.storage_usd,
+                "network_gb": b.network_gb,
+                "network_usd": b.network_usd,
+                "total_usd": b.total_usd,
+                "idle_usd": b.idle_usd,
+                "sampled_usd": b.sampled_usd,
+                "mean_utilization": b.mean_utilization,
+                "preemptions": len(b.preemptions),
+                "preempted_usd": sum(p.usd for p in b.preemptions),
+                "usd_per_hour_now": b.usd_per_hour_now,
+                "budget_usd": b.budget_usd,
+            }
+        )
+    return rows
+
+
+def to_dataframe(breakdowns: list[CostBreakdown]) -> pd.DataFrame:
+    """The report as a pandas DataFrame (one row per pool and per job)."""
+    import pandas as pd
+
+    return pd.DataFrame(report_rows(breakdowns), columns=COLUMNS)
+
+
+def write_csv(breakdowns: list[CostBreakdown], path: str | Path) -> Path:
+    """Write the report to ``path`` as CSV (full precision); returns the path."""
+    target = Path(path).expanduser()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        to_dataframe(breakdowns).to_csv(target, index=False)
+    except OSError as e:
+        raise SpecError(f"cannot write the cost report to '{path}': {e.strerror} (e.g. --csv cost.csv)", field="csv") from e
+    return target
+
+
+def bar_chart(breakdowns: list[CostBreakdown], title: str = "Cost by pool and job (USD)") -> Figure:
+    """A bokeh stacked bar chart: compute (busy and idle), storage and network per pool and job."""
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+    from bokeh.plotting import figure
+
+    labels = [f"{b.pool_name} / {b.job_id}" if b.job_id else b.pool_name for b in breakdowns]
+    labels = _unique(labels)
+    parts = ["busy compute", "idle compute", "storage", "network"]
+    data: dict[str, list[Any]] = {"label": labels}
+    data["busy compute"] = [b.compute_usd - min(b.idle_usd, b.compute_usd) for b in breakdowns]
+    data["idle compute"] = [min(b.idle_usd, b.compute_usd) for b in breakdowns]
+    data["storage"] = [b.storage_usd for b in breakdowns]
+    data["network"] = [b.network_usd for b in breakdowns]
+    data["total"] = [b.total_usd for b in breakdowns]
+    source = ColumnDataSource(data)
+    fig = figure(x_range=FactorRange(factors=labels), height=320, width=max(420, 90 * len(labels)), title=title, toolbar_location=None)
+    fig.vbar_stack(parts, x="label", width=0.7, source=source, color=["#1a7f37", "#d4a72c", "#0969da", "#8250df"],
+                   legend_label=parts)
+    fig.add_tools(HoverTool(tooltips=[("", "@label"), ("total USD", "@total{0,0.00}"), ("idle USD", "@{idle compute}{0,0.00}")]))
+    fig.yaxis.axis_label = "USD"
+    fig.xaxis.major_label_orientation = 0.6 if len(labels) > 4 else 0.0
+    fig.legend.location = "top_left"
+    return fig
+
+
+def _iso(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp).isoformat(sep=" ", timespec="seconds")
+
+
+def _unique(labels: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} ({seen[label]})")
+    return out
+
+
+# -- owned vs cloud ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OwnedVsCloud:
+    """Renting ``count`` GPUs for ``hours_per_month`` against owning them; amounts in USD per month."""
+
+    gpu_type: str
+    count: int
+    hours_per_month: float
+    utilization: float  # hours_per_month / 730
+    pricing: str
+    cloud_usd_per_gpu_hour: float
+    purchase_usd: float  # per GPU
+    power_watts: float
+    power_usd_per_kwh: float
+    pue: float
+    amortization_months: float
+    overhead_usd_per_month: float  # per GPU: space, staff, support
+    cloud_usd_per_month: float
+    owned_usd_per_month: float
+    owned_fixed_usd_per_month: float
+    owned_energy_usd_per_gpu_hour: float
+    break_even_hours_per_month: float | None  # None: the cloud is always cheaper
+    break_even_utilization: float | None
+
+    @property
+    def monthly_difference(self) -> float:
+        """Owned minus cloud: positive when the cloud is cheaper, negative when owning is."""
+        return self.owned_usd_per_month - self.cloud_usd_per_month
+
+    @property
+    def cheaper(self) -> str:
+        return "cloud" if self.monthly_difference > 0 else "owned"
+
+    @property
+    def savings_fraction(self) -> float:
+        """What the cheaper option saves, as a share of the dearer one (the seed's "63 %")."""
+        dearer = max(self.owned_usd_per_month, self.cloud_usd_per_month)
+        return abs(self.monthly_difference) / dearer if dearer > 0 else 0.0
+
+    def summary(self) -> str:
+        """One sentence with the user's own numbers."""
+        who = "the cloud" if self.cheaper == "cloud" else "owning"
+        if self.break_even_utilization is None:
+            even = "owning never breaks even at this price"
+        else:
+            even = (f"owning breaks even above {self.break_even_utilization:.0%} utilization "
+                    f"({self.break_even_hours_per_month:,.0f} h/month)")
+        return (
+            f"{self.count} x {self.gpu_type} for {self.hours_per_month:,.0f} h/month ({self.utilization:.0%} utilization): "
+            f"cloud ({self.pricing.replace('_', '-')}) USD {self.cloud_usd_per_month:,.0f}/month, owned USD "
+            f"{self.owned_usd_per_month:,.0f}/month; {who} saves USD {abs(self.monthly_difference):,.0f}/month "
+            f"({self.savings_fraction:.0%}); {even}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(monthly_difference=self.monthly_difference, cheaper=self.cheaper, savings_fraction=self.savings_fraction)
+        return data
+
+
+def compare_owned(
+    gpu_type: str,
+    hours_per_month: float,
+    count: int = 1,
+    pricing: str = "on_demand",
+    cloud_usd_per_gpu_hour: float | None = None,
+    purchase_usd: float | None = None,
+    power_watts: float | None = None,
+    power_usd_per_kwh: float = DEFAULT_POWER_USD_PER_KWH,
+    pue: float = DEFAULT_PUE,
+    amortization_months: float = DEFAULT_AMORTIZATION_MONTHS,
+    overhead_usd_per_month: float = 0.0,
+    price_file: str | None = None,
+) -> OwnedVsCloud:
+    """Cloud against owned for ``count`` GPUs of ``gpu_type`` used ``hours_per_month`` (0..730) each.
+
+    Cloud: hours x the catalog's ``pricing`` rate (or ``cloud_usd_per_gpu_hour``). Owned: purchase /
+    amortization months + overhead, a fixed monthly cost, plus energy while in use: watts x PUE x
+    USD per kWh per hour. Break-even: the hours at which both are equal, fixed / (cloud rate -
+    energy rate). Defaults lean towards owning (no staff, space or idle power unless
+    ``overhead_usd_per_month`` says so), so a result in favour of the cloud is a conservative one.
+    """
+    catalog = load_catalog(price_file if price_file is not None else get_config().price_file or None)
+    gpu = catalog.gpu(gpu_type)
+    _check_number("hours_per_month", hours_per_month, "--hours-per-month 200", low=0.0, high=HOURS_PER_MONTH)
+    _check_number("count", count, "--count 8", low=1)
+    pricing_key = str(pricing).strip().lower().replace("-", "_")
+    if pricing_key not in ("on_demand", "spot", "reserved"):
+        raise SpecError(f"pricing '{pricing}' must be on-demand, spot or reserved (e.g. --pricing reserved)", field="pricing")
+    rate = gpu.prices.to_dict()[pricing_key] if cloud_usd_per_gpu_hour is None else cloud_usd_per_gpu_hour
+    purchase = gpu.purchase_usd if purchase_usd is None else purchase_usd
+    watts = gpu.power_watts if power_watts is None else power_watts
+    for name, value, example in (
+        ("price", rate, "--price 2.10"), ("purchase", purchase, "--purchase 30000"), ("watts", watts, "--watts 700"),
+        ("kwh_price", power_usd_per_kwh, "--kwh-price 0.12"), ("overhead", overhead_usd_per_month, "--overhead 150"),
+    ):
+        _check_number(name, value, example, low=0.0)
+    _check_number("pue", pue, "--pue 1.4", low=1.0)
+    _check_number("amortization", amortization_months, "--amortization 36", low=1.0)
+    if purchase <= 0:
+        raise SpecError(
+            f"no purchase price for {gpu.name} in the catalog; give one (e.g. --purchase 30000)", field="purchase"
+        )
+    energy_per_hour = watts / 1000.0 * pue * power_usd_per_kwh
+    fixed = purchase / amortization_months + overhead_usd_per_month
+    owned = count * (fixed + energy_per_hour * hours_per_month)
+    cloud = count * rate * hours_per_month
+    margin = rate - energy_per_hour
+    break_even = fixed / margin if margin > 0 else math.inf
+    return OwnedVsCloud(
+        gpu_type=gpu.name,
+        count=int(count),
+        hours_per_month=float(hours_per_month),
+        utilization=hours_per_month / HOURS_PER_MONTH,
+        pricing=pricing_key,
+        cloud_usd_per_gpu_hour=float(rate),
+        purchase_usd=float(purchase),
+        power_watts=float(watts),
+        power_usd_per_kwh=float(power_usd_per_kwh),
+        pue=float(pue),
+        amortization_months=float(amortization_months),
+        overhead_usd_per_month=float(overhead_usd_per_month),
+        cloud_usd_per_month=cloud,
+        owned_usd_per_month=owned,
+        owned_fixed_usd_per_month=count * fixed,
+        owned_energy_usd_per_gpu_hour=energy_per_hour,
+        break_even_hours_per_month=break_even if break_even <= HOURS_PER_MONTH else None,
+        break_even_utilization=break_even / HOURS_PER_MONTH if break_even <= HOURS_PER_MONTH else None,
+    )
+
+
+def usage_hours_per_month(registry: Registry, gpu_type: str, days: float = 30.0, now: float | None = None) -> float:
+    """Hours per GPU per month that pools of ``gpu_type`` actually ran over the last ``days`` days:
+    the registry's worker-hours, divided by the largest pool's size, scaled to a 730-hour month."""
+    now = registry.clock() if now is None else now
+    since = now - days * 86400.0
+    pools = [p for p in registry.list_pools() if p.gpu_type.lower() == gpu_type.lower()]
+    if not pools:
+        raise NotFoundError(
+            f"no {gpu_type} pool in the registry to measure use from; give it (e.g. --hours-per-month 200)"
+        )
+    worker_hours = sum(pool_cost(registry, p.id, now=now, since=since, include_idle=False).gpu_hours for p in pools)
+    gpus = max(p.count for p in pools)
+    return min(HOURS_PER_MONTH, worker_hours / max(1, gpus) * (HOURS_PER_MONTH / (days * 24.0)))
+
+
+def _check_number(name: str, value: Any, example: str, low: float | None = None, high: float | None = None) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (low is None or value >= low) and (high is None or value <= high)
+    if not ok:
+        bounds = f" from {low:g}" if low is not None else ""
+        bounds += f" to {high:g}" if high is not None else ""
+        raise SpecError(f"{name} must be a number{bounds}, got '{value}' (e.g. {example})", field=name)
