@@ -124,7 +124,10 @@ class PoolMagics(Magics):
                 card.set_status("failed", str(e).splitlines()[0] if str(e) else type(e).__name__)
             raise
         if card is not None:
+            from ..widgets.cost_meter import CostMeter
+
             card.set_running(pool.dashboard_link, pool.usd_per_hour)
+            card.add_child(CostMeter(pool, tick_seconds=2.0))  # ticks from the ledger until the pool ends
             manager.on_stopped.append(lambda stopped: stopped is pool and card.set_status("stopped"))
         return pool
 
