@@ -91,6 +91,16 @@ class Pool:
         workers = self.client.scheduler_info(n_workers=-1).get("workers", {})
         return [addr for addr, _ in sorted(workers.items(), key=lambda kv: _rank_key(kv[1].get("name"), kv[0]))]
 
+    def metrics(self) -> Any:
+        """Telemetry samples as a pandas DataFrame: one row per GPU (or CPU-only worker) per sample,
+        with worker, host, GPU index, the ``nvidia-smi dmon`` fields and, without a GPU, the reason.
+
+        >>> pool.metrics().groupby("gpu")["sm_util_pct"].mean()     # doctest: +SKIP
+        """
+        from ..telemetry import metrics
+
+        return metrics(self)
+
     def stop(self) -> None:
         """Stop the pool (its workers exit); for an attached pool, ask its owner to stop it."""
         self._manager.stop(self.name)

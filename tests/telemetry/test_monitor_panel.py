@@ -1,0 +1,178 @@
+"""The live panel over a feed of simulated workers (real sampler rows over FakeNvml, no pool)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from bokeh.models import ColumnDataSource, FactorRange
+
+from gpugeek_jupyter.telemetry import TelemetryFeed
+from gpugeek_jupyter.widgets.monitor import MonitorPanel
+
+
+def _feed(period: float = 1.0) -> TelemetryFeed:
+    return TelemetryFeed(client=None, pool_name="sim", period=period)
+
+
+def _wait(condition, seconds: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_up_to_eight_gpus_get_a_line_each_and_new_samples_are_streamed_into_the_same_sources(simulated) -> None:
+    workers = simulated(workers=2, gpus=2)
+    feed = _feed()
+    feed.ingest(workers.answers())
+    panel = MonitorPanel(feed, "sim")
+    sources = list(panel._sources)
+    plots = list(panel._plots.children)
+    assert panel._mode == "lines" and panel.source_lengths() == {"0:0": 1, "0:1": 1, "1:0": 1, "1:1": 1}
+
+    for _ in range(3):
+        feed.ingest(workers.answers())
+    assert panel.update() == 12
+    assert panel.source_lengths() == {"0:0": 4, "0:1": 4, "1:0": 4, "1:1": 4}
+    assert panel._sources == sources and list(panel._plots.children) == plots  # streamed, not redrawn
+    assert all(isinstance(s, ColumnDataSource) for s in sources)
+
+
+def test_rollover_bounds_the_points_each_source_holds(simulated) -> None:
+    workers = simulated(workers=1, gpus=1)
+    feed = _feed(period=1.0)
+    panel = MonitorPanel(feed, "sim", window_seconds=5.0)  # keeps max(10, 5 / 1 + 1) points
+    for _ in range(25):
+        feed.ingest(workers.answers())
+        panel.update()
+    assert panel.source_lengths() == {"0:0": 10}
+
+
+def test_more_than_eight_gpus_become_a_heatmap_that_is_readable_at_64(simulated) -> None:
+    workers = simulated(workers=8, gpus=8)
+    feed = _feed()
+    feed.ingest(workers.answers())
+    panel = MonitorPanel(feed, "sim")
+    assert panel._mode == "heatmap"
+    y_range = panel._heat_range
+    assert isinstance(y_range, FactorRange) and len(y_range.factors) == 64
+    assert y_range.factors[:3] == ["0:0", "0:1", "0:2"] and y_range.factors[-1] == "7:7"
+    heat = panel._plots.children[0]
+    assert heat.height >= 12 * 64  # a row of at least 12 px per GPU
+    assert panel.source_lengths() == {"heatmap": 64, "mean": 1}
+    feed.ingest(workers.answers())
+    panel.update()
+    assert panel.source_lengths() == {"heatmap": 128, "mean": 2}
+
+
+def test_a_pool_that_grows_past_eight_gpus_switches_to_the_heatmap(simulated) -> None:
+    workers = simulated(workers=2, gpus=8)
+    feed = _feed()
+    answers = workers.answers()
+    feed.ingest({workers.address(0): answers[workers.address(0)]})
+    panel = MonitorPanel(feed, "sim")
+    assert panel._mode == "lines"
+    feed.ingest(workers.answers())
+    panel.update()
+    assert panel._mode == "heatmap" and len(panel._heat_range.factors) == 16
+
+
+def test_headline_shows_mean_sm_memory_used_of_total_and_power(simulated) -> None:
+    workers = simulated(workers=2, gpus=2)
+    feed = _feed()
+    feed.ingest(workers.answers())
+    panel = MonitorPanel(feed, "sim")
+    text = panel.headline.text
+    # FakeNvml: GPU i uses (i + 1) GiB of 80 and draws 150 + i W
+    assert "4 GPUs on 2 workers" in text
+    assert "memory <b>6.0 / 320.0 GiB</b>" in text
+    assert "power <b>602 W</b>" in text
+    assert "SM <b>" in text and "%</b> (mean)" in text
+
+
+def test_without_gpus_the_panel_shows_cpu_and_rss_per_worker_and_the_reason(simulated) -> None:
+    workers = simulated(workers=2, library_missing=True)
+    feed = _feed()
+    feed.ingest(workers.answers())
+    feed.ingest(workers.answers())
+    panel = MonitorPanel(feed, "sim")
+    assert panel._mode == "lines" and panel.source_lengths() == {"worker 0": 2, "worker 1": 2}
+    text = panel.headline.text
+    assert "2 CPU workers" in text and "CPU <b>" in text and "RSS <b>" in text
+    assert "no GPU: NVML library not found" in text
+    assert panel._util_plot.title.text.startswith("CPU %")
+
+
+def test_sample_errors_and_silent_workers_are_shown_under_the_headline(simulated) -> None:
+    workers = simulated(workers=2, gpus=1, fail_after=0)
+    feed = _feed()
+    answers = workers.answers()
+    answers[workers.address(1)] = TimeoutError("worker busy")
+    feed.ingest(answers)
+    panel = MonitorPanel(feed, "sim")
+    text = panel.headline.text
+    assert "0:0: utilization: NVML failed: GPU is lost" in text
+    assert "worker tcp://10.0.0.1:40000: no answer: TimeoutError: worker busy" in text
+
+
+def test_the_update_thread_moves_the_panel_by_itself_and_stops_when_closed(simulated) -> None:
+    workers = simulated(workers=1, gpus=1)
+    feed = _feed(period=0.05)
+    feed.ingest(workers.answers())
+    panel = MonitorPanel(feed, "sim").start()
+    try:
+        for expected in (2, 3):
+            feed.ingest(workers.answers())
+            assert _wait(lambda: panel.source_lengths()["0:0"] == expected), panel.source_lengths()
+    finally:
+        panel.close()
+    panel._thread.join(timeout=5)
+    assert not panel._thread.is_alive()
+    feed.ingest(workers.answers())
+    assert panel.source_lengths()["0:0"] == 3  # nothing moves once closed
+
+
+def test_pause_holds_the_panel_and_resume_catches_up(simulated) -> None:
+    workers = simulated(workers=1, gpus=1)
+    feed = _feed(period=0.05)
+    feed.ingest(workers.answers())
+    panel = MonitorPanel(feed, "sim").start()
+    try:
+        panel.pause()
+        panel._thread.join(timeout=5)
+        feed.ingest(workers.answers())
+        feed.ingest(workers.answers())
+        assert panel.source_lengths()["0:0"] == 1 and "paused" in panel.headline_html()
+        panel.resume()
+        assert _wait(lambda: panel.source_lengths()["0:0"] == 3)
+    finally:
+        panel.close()
+
+
+def test_a_widget_closed_from_the_frontend_stops_its_thread(simulated) -> None:
+    workers = simulated(workers=1, gpus=1)
+    feed = _feed(period=0.05)
+    feed.ingest(workers.answers())
+    panel = MonitorPanel(feed, "sim").start()
+    panel.widget.close()  # what closing the output does to the widget model
+    feed.ingest(workers.answers())
+    assert _wait(lambda: not panel.running)
+
+
+def test_a_stopped_feed_ends_the_panel_with_a_note(simulated) -> None:
+    workers = simulated(workers=1, gpus=1)
+    feed = _feed(period=0.05)
+    feed.ingest(workers.answers())
+    panel = MonitorPanel(feed, "sim").start()
+    feed.close()
+    assert _wait(lambda: not panel.running)
+    assert "collection stopped" in panel.headline.text
+
+
+@pytest.mark.parametrize("feed", [None])
+def test_a_pool_with_telemetry_off_gets_a_panel_that_says_so(feed: None) -> None:
+    panel = MonitorPanel(feed, "quiet")
+    assert "telemetry is off" in panel.headline.text and not panel.start().running
