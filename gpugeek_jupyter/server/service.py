@@ -44,6 +44,7 @@ class GpugeekService:
         self.clock = clock
         self._launches: dict[str, Future[None]] = {}
         self._launches_lock = threading.Lock()
+        self._clients: dict[str, Any] = {}  # scheduler address -> dask Client, for other owners' pools
 
     @property
     def registry(self) -> Registry:
@@ -130,8 +131,29 @@ class GpugeekService:
         return {"pool": self._pool_model(record)}
 
     def metrics(self, name: str) -> dict[str, Any]:
-        telemetry = pool_telemetry(self.registry, self.registry.latest_pool(name))
-        return {"samples": telemetry.samples, "reason": None if telemetry.samples else telemetry.reason}
+        """The newest sample of every GPU (or CPU worker), read from the pool's own workers."""
+        from ..telemetry import latest_from_workers
+
+        record = self.registry.latest_pool(name)
+        if record.status.value != "ready" or not record.scheduler_address:
+            return {"samples": [], "reason": f"pool '{name}' is {record.status.value}"}
+        try:
+            client = self._client_for(record.scheduler_address)
+        except (OSError, TimeoutError) as e:
+            return {"samples": [], "reason": f"the pool's scheduler does not answer: {e}"}
+        samples, reason = latest_from_workers(client)
+        return {"samples": samples, "reason": reason}
+
+    def _client_for(self, address: str) -> Any:
+        owned = next((p for p in self.manager.pools() if p.scheduler_address == address), None)
+        if owned is not None:
+            return owned.client
+        client = self._clients.get(address)
+        if client is None or client.status not in ("running", "connecting", "newly-created"):
+            from distributed import Client
+
+            client = self._clients[address] = Client(address, set_as_default=False, timeout=3)
+        return client
 
     def _pool_model(
         self, record: PoolRecord, intervals: list[WorkerInterval] | None = None, now: float | None = None
@@ -192,4 +214,9 @@ class GpugeekService:
                 done.exception(timeout=max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 log.warning("pool %s was still starting when the server stopped", name)
+        for client in self._clients.values():
+            try:
+                client.close(timeout=5)
+            except Exception as e:
+                log.info("closing a telemetry client failed: %s", e)
         self.manager.shutdown()

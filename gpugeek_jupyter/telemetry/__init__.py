@@ -20,16 +20,19 @@ Public functions, all safe to call from any thread, none of which raises for a m
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ._buffer import RingBuffer
 from ._feed import TelemetryFeed, WorkerTelemetry
-from ._schema import COLUMNS, SCHEMA, to_frame
+from ._schema import COLUMNS, SCHEMA, columns_from_rows, concat_columns, to_frame
 from ._summary import latest_rows, summarize
-from ._worker import PLUGIN_NAME, TelemetryPlugin
+from ._worker import PLUGIN_NAME, TelemetryPlugin, drain
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,6 +51,7 @@ __all__ = [
     "install",
     "job_summary",
     "latest",
+    "latest_from_workers",
     "metrics",
     "set_period",
     "uninstall",
@@ -175,6 +179,41 @@ def latest(pool: Pool) -> pd.DataFrame:
     window = 30 * (feed.period if feed is not None else 1.0)
     columns = _columns(pool, start=time.time() - window) if feed is not None else _columns(pool)
     return to_frame(latest_rows(columns))
+
+
+def latest_from_workers(client: Any, timeout: float = 5.0) -> tuple[list[dict[str, Any]], str | None]:
+    """The newest sample of every GPU (or CPU worker) read straight from the workers' samplers.
+
+    For a process that does not own the pool (the Jupyter server): it reads the samples each worker
+    keeps without consuming them (the owner's feed has its own cursor), over ``client.run``.
+    Returns JSON-ready rows and, when there are none, why. Never raises.
+    """
+    try:
+        answers = client.run(drain, since=None, on_error="return", callback_timeout=timeout)
+    except Exception as e:
+        return [], f"the pool's workers did not answer: {e}"
+    batches, reasons = [], set()
+    for address, answer in answers.items():
+        if not isinstance(answer, dict):
+            reasons.add(f"worker {address} failed to answer: {answer!r}")
+            continue
+        if answer.get("missing"):
+            reasons.add("no telemetry sampler on the pool's workers")
+            continue
+        batches.append(columns_from_rows(answer["rows"], address, answer["name"], answer["host"]))
+    columns = latest_rows(concat_columns(batches))
+    rows = [
+        {name: _json_value(columns[name][i]) for name in COLUMNS} for i in range(len(columns["time"]))
+    ]
+    return rows, None if rows else (", ".join(sorted(reasons)) or "no samples yet")
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float | np.floating):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
 
 
 def job_summary(pool: Pool, started_at: float, ended_at: float | None = None) -> dict[str, Any]:

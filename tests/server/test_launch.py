@@ -118,6 +118,16 @@ async def test_pool_launched_by_another_process_is_listed_and_stopped_by_delete(
         pids = worker_pids("from-kernel")
         assert len(pids) == 1 and running(pids[0])
 
+        deadline = time.monotonic() + 20
+        samples: list = []
+        while not samples and time.monotonic() < deadline:  # read from the other process's workers
+            status, metrics = await api("GET", "pools", "from-kernel", "metrics")
+            samples = metrics["samples"]
+            await asyncio.sleep(0.2)
+        assert status == 200 and samples, metrics
+        assert samples[0]["worker_name"] == "0" and samples[0]["cpu_pct"] is not None
+        assert "NVML" in samples[0]["no_gpu_reason"] or samples[0]["gpu"] >= 0
+
         status, body = await api("DELETE", "pools", "from-kernel")
         assert (status, body["pool"]["status"]) == (200, "stopped")
         assert "another process" in body["pool"]["reason"]

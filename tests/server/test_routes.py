@@ -117,10 +117,10 @@ async def test_delete_of_an_ended_pool_answers_it_as_it_is(api: Fetch) -> None:
 
 
 async def test_metrics_say_why_there_are_no_samples(api: Fetch) -> None:
-    registered_pool("quiet")
+    registered_pool("quiet")  # registered with a scheduler address where nothing listens
     status, body = await api("GET", "pools", "quiet", "metrics")
     assert status == 200
-    assert body == {"samples": [], "reason": "telemetry not available"}
+    assert body["samples"] == [] and "scheduler does not answer" in body["reason"]
 
 
 async def test_jobs_are_listed_and_fetched_by_id(api: Fetch) -> None:
