@@ -57,9 +57,9 @@ def bad_launch_lines(draw: st.DrawFn) -> str:
 
 @pytest.fixture(scope="module")
 def shell() -> Iterator[object]:
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.core.interactiveshell import InteractiveShell
 
-    ip = start_ipython()
+    ip = InteractiveShell.instance()  # the process-wide shell, whichever test made it first
     ip.run_line_magic("load_ext", "gpugeek_jupyter")
     yield ip
 

@@ -123,3 +123,17 @@ def test_killed_kernel_leaves_no_pool_process_and_the_pool_is_lost(isolated_regi
     finally:
         session.client.stop_channels()
         session.manager.cleanup_resources()
+
+
+def test_kernel_shutdown_stops_its_pools_cleanly(isolated_registry: Path) -> None:
+    session = KernelSession(env={"GPUGEEK_REGISTRY": str(isolated_registry), "GPUGEEK_HEARTBEAT": "0.5"})
+    try:
+        result = session.run("%load_ext gpugeek_jupyter\n%gpugeek_launch --gpu-type cpu --count 1 --name short --quiet")
+        assert result.error is None, result.text
+        registry = Registry(isolated_registry)
+        pids = _worker_pids(registry, "short")
+    finally:
+        session.shutdown()
+    record = registry.latest_pool("short")
+    assert (record.status, record.reason) == (PoolStatus.STOPPED, "its owner exited")
+    assert _wait_until_gone(pids, 10) == []
