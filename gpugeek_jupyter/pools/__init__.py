@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from ..store import PoolRecord, PoolStatus
-from ._manager import PoolManager, get_pool_manager
+from ._manager import PoolManager, create_pool_manager, get_pool_manager
 from ._pool import Pool
 
-__all__ = ["Pool", "PoolManager", "PoolRecord", "PoolStatus", "get_pool_manager", "launch_pool", "list_pools"]
+__all__ = ["Pool", "PoolManager", "create_pool_manager", "PoolRecord", "PoolStatus", "get_pool_manager", "launch_pool", "list_pools"]
 
 
 def launch_pool(spec, on_progress=None) -> Pool:  # type: ignore[no-untyped-def]

@@ -331,13 +331,21 @@ _manager: PoolManager | None = None
 _manager_lock = threading.Lock()
 
 
+def create_pool_manager(registry: Registry | None = None, owner: str | None = None) -> PoolManager:
+    """A pool manager with the standard hooks, the same in a kernel, a script and the server."""
+    from ..cost.guards import install_cost_hooks
+    from .kubernetes import record_disruptions
+
+    manager = PoolManager(registry=registry, owner=owner)
+    install_cost_hooks(manager)  # utilization samples, budget and idle-shutdown watchers
+    manager.heartbeat_hooks.append(record_disruptions)  # preempted pods of kubernetes pools (no-op otherwise)
+    return manager
+
+
 def get_pool_manager() -> PoolManager:
     """This process's pool manager."""
     global _manager
     with _manager_lock:
         if _manager is None:
-            from ..cost.guards import install_cost_hooks
-
-            _manager = PoolManager()
-            install_cost_hooks(_manager)  # utilization samples, budget and idle-shutdown watchers
+            _manager = create_pool_manager()
         return _manager

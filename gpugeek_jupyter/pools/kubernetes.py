@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -225,7 +224,6 @@ class KubernetesBackend:
             if created:
                 delete_pool_resources(api, spec)
             raise
-        _watch_disruptions()
         return running
 
     def _connect_client(
@@ -323,7 +321,6 @@ def list_cluster_pools(namespace: str) -> list[dict[str, Any]]:
 # -- spot preemptions ---------------------------------------------------------------------------------
 _DISRUPTION_PERIOD = 15.0
 _disruption_state: dict[int, tuple[float, set[str]]] = {}  # pool id -> (last check, pod uids recorded)
-_watch_lock = threading.Lock()
 
 
 def record_disruptions(manager: PoolManager, pool: Pool) -> None:
@@ -344,15 +341,6 @@ def record_disruptions(manager: PoolManager, pool: Pool) -> None:
             message = f"{pricing} worker pod {pod['metadata']['name']} was disrupted: {why}"
             manager.registry.add_event(pool.id, "preempted", message)
             log.warning("pool %s: %s", pool.name, message)
-
-
-def _watch_disruptions() -> None:
-    from ._manager import get_pool_manager
-
-    hooks = get_pool_manager().heartbeat_hooks
-    with _watch_lock:
-        if record_disruptions not in hooks:
-            hooks.append(record_disruptions)
 
 
 # -- autoscaling --------------------------------------------------------------------------------------

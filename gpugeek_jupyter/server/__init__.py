@@ -25,8 +25,7 @@ from typing import Any
 from traitlets.config import Config
 
 from ..config import GpugeekConfig, _load_jupyter_config_files, set_config
-from ..cost.guards import install_cost_hooks
-from ..pools import PoolManager
+from ..pools import create_pool_manager
 from ..store import get_registry
 from .handlers import SERVICE_SETTING, WRITES_EXECUTOR_SETTING, route_table
 from .service import SERVER_OWNER, GpugeekService
@@ -48,8 +47,7 @@ def load_server_extension(server_app: Any) -> None:
     """Register the routes and the server's pool manager (called by Jupyter Server at start)."""
     config = server_config(server_app)
     set_config(config)  # PoolSpec.create and the pool manager read this process's settings
-    manager = PoolManager(registry=get_registry(config.registry_path), owner=SERVER_OWNER)
-    install_cost_hooks(manager)  # utilization samples, budget and idle stops for the server's pools
+    manager = create_pool_manager(registry=get_registry(config.registry_path), owner=SERVER_OWNER)
     service = GpugeekService(manager, config)
     # Extensions loaded as modules get no shutdown hook from Jupyter Server; its clean exits
     # (Ctrl-C, SIGTERM, /api/shutdown) end the interpreter, so atexit stops the server's pools.
