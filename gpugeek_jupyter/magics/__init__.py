@@ -8,6 +8,9 @@ from typing import Any
 # (module, class) of every Magics class this extension registers
 _MAGIC_CLASSES: list[tuple[str, str]] = [
     ("gpugeek_jupyter.magics.pools", "PoolMagics"),
+    ("gpugeek_jupyter.magics.monitor", "MonitorMagics"),
+    ("gpugeek_jupyter.magics.cost", "CostMagics"),
+    ("gpugeek_jupyter.magics.run", "JobMagics"),
 ]
 
 
@@ -15,9 +18,21 @@ def register_magics(ipython: Any) -> None:
     for module_name, class_name in _MAGIC_CLASSES:
         magics_class = getattr(importlib.import_module(module_name), class_name)
         ipython.register_magics(magics_class)
+    # ipykernel sets exit_now when it gets a shutdown request; jupyter_client sends SIGTERM soon
+    # after, before Python's atexit handlers would run. Stopping the pools here records them as
+    # stopped (not lost) and ends their workers while the kernel can still say so.
+    ipython.observe(_stop_pools_when_the_kernel_exits, names="exit_now")
+
+
+def _stop_pools_when_the_kernel_exits(change: Any) -> None:
+    if change["new"]:
+        from ..pools import get_pool_manager
+
+        get_pool_manager().shutdown()
 
 
 def unregister_magics(ipython: Any) -> None:
+    ipython.unobserve(_stop_pools_when_the_kernel_exits, names="exit_now")
     registry = ipython.magics_manager.registry
     for _module_name, class_name in _MAGIC_CLASSES:
         registry.pop(class_name, None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,18 @@ def _import_torch() -> None:
         log.info("torch warm-up import failed on this worker: %s", e)
 
 
+def _ignore_notebook_interrupts() -> None:
+    """The notebook's interrupt signals the kernel's whole process group, local workers included.
+
+    A pool worker must outlive it: jobs are stopped by their runner, and a worker killed by SIGINT
+    would take the warm process group (and any running job's ranks) with it.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def dask_setup(worker) -> None:  # type: ignore[no-untyped-def]
+    _ignore_notebook_interrupts()
     if os.environ.get("GPUGEEK_PRELOAD_TORCH", "1").lower() in ("0", "false", "no"):
         return
     threading.Thread(target=_import_torch, name="gpugeek-torch-warmup", daemon=True).start()

@@ -1,0 +1,104 @@
+"""Cold start: the first job on a fresh local pool (pool start included) against a torchrun launch.
+
+Both run a 2-rank gloo all_reduce:
+
+- torchrun: ``torchrun --nproc_per_node=2 allreduce.py``, wall time of the whole command;
+- gpugeek: in a fresh Python process, ``gpugeek_jupyter.launch(gpu_type="cpu", count=2)`` then the
+  first ``run_cell`` with the all_reduce, timed from before the launch to the result (what a
+  notebook waits for), and also from before ``import gpugeek_jupyter`` (the interpreter's own start
+  and the pool's shutdown are not included).
+
+Each is run ``--rounds`` times, interleaved; medians are compared.
+
+    PYTHONPATH=. .venv/bin/python bench/jobs_cold_start.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ALLREDUCE = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+assert t.item() == 2.0
+dist.destroy_process_group()
+"""
+
+FIRST_JOB = """
+import json, os, time
+started = time.perf_counter()
+import gpugeek_jupyter
+from gpugeek_jupyter.jobs import run_cell
+imported = time.perf_counter()
+pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, name=f"cold-{os.getpid()}")
+launched = time.perf_counter()
+result = run_cell(pool, "import torch\\nt = torch.ones(1)\\ndist.all_reduce(t)\\nt.item()", {})
+done = time.perf_counter()
+assert result.values == [2.0, 2.0], result
+print(json.dumps({"from_import": done - started, "from_launch": done - imported, "pool_start": launched - imported}))
+pool.stop()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun_wall(script: Path) -> float:
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    torchrun = Path(sys.executable).with_name("torchrun")
+    start = time.perf_counter()
+    subprocess.run([str(torchrun), "--nproc_per_node=2", f"--master-port={_free_port()}", str(script)],
+                   env=env, capture_output=True, check=True, timeout=300)
+    return time.perf_counter() - start
+
+
+def first_job(registry_dir: str) -> dict[str, float]:
+    env = dict(os.environ, GPUGEEK_REGISTRY=os.path.join(registry_dir, f"cold-{time.time_ns()}.sqlite"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
+    out = subprocess.run([sys.executable, "-c", FIRST_JOB], env=env, capture_output=True, text=True, check=True,
+                         timeout=300).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp())
+    script = work / "allreduce.py"
+    script.write_text(ALLREDUCE)
+    torchrun, ours = [], []
+    for _ in range(args.rounds):
+        torchrun.append(torchrun_wall(script))
+        ours.append(first_job(str(work)))
+    baseline = statistics.median(torchrun)
+    rows = [
+        ("torchrun --nproc_per_node=2, whole command", baseline),
+        ("launch() + first job (run_cell)", statistics.median(o["from_launch"] for o in ours)),
+        ("  of which the pool start", statistics.median(o["pool_start"] for o in ours)),
+        ("import gpugeek_jupyter + launch() + first job", statistics.median(o["from_import"] for o in ours)),
+    ]
+    print(f"\nCold start, 2 cpu ranks (gloo) all_reduce, median of {args.rounds} interleaved runs\n")
+    print("| what | s | vs torchrun |")
+    print("|---|---:|---:|")
+    for label, seconds in rows:
+        print(f"| {label} | {seconds:.2f} | {seconds / baseline:.2f}x |")
+    print("\ntarget: first job on a fresh local pool, pool start included, <= torchrun cold launch")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The Python API for jobs: ``ClusterClient`` makes pools, ``Job`` runs scripts on them.
+
+>>> from gpugeek_jupyter import ClusterClient                                   # doctest: +SKIP
+>>> job = ClusterClient().create_job(gpu_type="cpu", count=2)                   # doctest: +SKIP
+>>> result = job.run(script_path="./train_llm.py", hyperparams={"batch_size": 256, "lr": 3e-5})  # doctest: +SKIP
+>>> result.ok, result.returncodes, result.duration_s                            # doctest: +SKIP
+(True, [0, 0], 41.7)
+>>> job.stop()                                                                  # doctest: +SKIP
+
+The API key is read from ``GPUGEEK_API_KEY`` when not given, and is never shown: not in a repr, a
+log line or an error message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .jobs.result import JobResult
+    from .pools import Pool
+    from .store import JobRecord
+
+log = logging.getLogger(__name__)
+
+
+class _Secret:
+    """A string that does not print itself."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        return "'***'" if self._value else "None"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("an API key is not pickled")
+
+
+class ClusterClient:
+    """Entry point of the Python API: pools for jobs, and the job history.
+
+    ``api_key``: your GPUGEEK key; default ``GPUGEEK_API_KEY`` (or ``GpugeekConfig.api_key``).
+    """
+
+    def __init__(self, api_key: str | None = None) -> None:
+        if api_key is None:
+            from .config import get_config
+
+            api_key = os.environ.get("GPUGEEK_API_KEY") or get_config().api_key or ""
+        self._api_key = _Secret(str(api_key))
+
+    def __repr__(self) -> str:
+        return f"ClusterClient(api_key={self._api_key!r})"
+
+    @property
+    def has_api_key(self) -> bool:
+        return bool(self._api_key)
+
+    def create_job(
+        self,
+        gpu_type: str = "cpu",
+        count: int = 2,
+        interconnect: str | None = None,
+        framework: str | None = None,
+        **pool_options: Any,
+    ) -> Job:
+        """Launch a pool for a job (``count`` ranks, one per GPU or CPU worker) and return the ``Job``.
+
+        ``pool_options`` are the pool's other options (``name``, ``backend``, ``spot_fraction``,
+        ``budget``, ``idle_timeout``, ``address``, ...), as for ``%gpugeek_launch``.
+        """
+        from .pools import get_pool_manager
+        from .spec import PoolSpec
+
+        spec = PoolSpec.create(gpu_type=gpu_type, count=count, interconnect=interconnect, framework=framework, **pool_options)
+        pool = get_pool_manager().launch(spec)
+        return Job(pool, owns_pool=True)
+
+    def job_on(self, pool_name: str) -> Job:
+        """A ``Job`` on a running pool (launched here, in another kernel, or attached by address)."""
+        from .pools import get_pool_manager
+
+        return Job(get_pool_manager().get(pool_name), owns_pool=False)
+
+    def jobs(self, limit: int = 50) -> list[JobRecord]:
+        """The newest job records of the registry, every pool and kernel included."""
+        from .store import get_registry
+
+        return get_registry().list_jobs(limit=limit)
+
+
+class Job:
+    """A pool to run on, and the runs made on it. ``stop()`` stops the pool when the job launched it."""
+
+    def __init__(self, pool: Pool, owns_pool: bool = True) -> None:
+        self.pool = pool
+        self.owns_pool = owns_pool
+        self.results: list[JobResult] = []
+
+    def __repr__(self) -> str:
+        spec = self.pool.spec
+        return f"<Job on pool {self.pool.name!r} ({spec.count} x {spec.gpu_type}), {len(self.results)} run(s)>"
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def run(
+        self,
+        script_path: str,
+        hyperparams: dict[str, Any] | None = None,
+        args: Sequence[str] = (),
+        timeout: float | None = None,
+        max_restarts: int = 0,
+        stream: bool = True,
+        on_output: Callable[[int, str, str], None] | None = None,
+    ) -> JobResult:
+        """Run a script on every rank as ``torchrun --nproc_per_node=N`` would; returns a ``JobResult``.
+
+        ``hyperparams`` become ``--name value`` arguments after ``args``. Output is written live,
+        labelled ``[rank N]``, to this process's stdout/stderr (or given to ``on_output(rank,
+        stream, text)``). A failed job is a result with ``ok`` False (``raise_for_status()`` raises);
+        an interrupt stops every rank, then raises ``KeyboardInterrupt``.
+        """
+        from .jobs import run_script
+        from .jobs.output import LabelledWriter
+
+        output = on_output if on_output is not None else (LabelledWriter() if stream else None)
+        result = run_script(
+            self.pool,
+            script_path,
+            args=args,
+            hyperparams=hyperparams,
+            timeout=timeout,
+            max_restarts=max_restarts,
+            stream=stream,
+            on_output=output,
+        )
+        self.results.append(result)
+        if result.status.value == "cancelled":
+            raise KeyboardInterrupt(result.failure)
+        return result
+
+    def stop(self) -> None:
+        """Stop the pool (when this job launched it; a pool it only uses is left running)."""
+        if self.owns_pool and self.pool.status.is_live:
+            self.pool.stop()

@@ -1,0 +1,70 @@
+"""Distributed PyTorch jobs on a pool's workers: one rank per worker, torchrun's contract.
+
+>>> result = run_cell(pool, "dist.all_reduce(t := torch.ones(1))\\nt.item()", {"torch": torch})  # doctest: +SKIP
+>>> result.values                                                                              # doctest: +SKIP
+[2.0, 2.0]
+
+The pieces: :mod:`.layout` (which worker is which rank), :mod:`.env` (the rank's torchrun
+environment), :mod:`.cell` and :mod:`.script` (what travels), :mod:`.rank` (what runs on a worker),
+:mod:`.runner` (the driver), :mod:`.helpers` (``gg``), :mod:`.result` (``JobResult``).
+Importing this package imports neither torch nor dask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..pools import Pool
+    from .result import JobResult
+    from .runner import NoticeCallback, OutputCallback
+
+__all__ = ["run_cell", "run_script"]
+
+
+def run_cell(
+    pool: Pool,
+    source: str,
+    namespace: Mapping[str, Any],
+    *,
+    hidden: Collection[str] = (),
+    timeout: float | None = None,
+    max_restarts: int = 0,
+    amp: str | None = None,
+    stream: bool = True,
+    rank0: bool = False,
+    on_output: OutputCallback | None = None,
+    on_notice: NoticeCallback | None = None,
+) -> JobResult:
+    """Run notebook code on every worker of ``pool``; names it uses come from ``namespace``."""
+    from .cell import prepare_cell
+    from .runner import JobRequest, runner_for
+
+    program = prepare_cell(source, namespace, hidden=hidden, rank0_only=rank0)
+    request = JobRequest(code=program.code, sha256=program.sha256, timeout=timeout, max_restarts=max_restarts,
+                         stream=stream, amp=amp)
+    return runner_for(pool).run(request, on_output, on_notice)
+
+
+def run_script(
+    pool: Pool,
+    script_path: str,
+    args: Sequence[str] = (),
+    hyperparams: Mapping[str, Any] | None = None,
+    *,
+    timeout: float | None = None,
+    max_restarts: int = 0,
+    stream: bool = True,
+    cwd: str | None = None,
+    on_output: OutputCallback | None = None,
+    on_notice: NoticeCallback | None = None,
+) -> JobResult:
+    """Run a torchrun-ready script on every worker of ``pool`` (see :mod:`.script`)."""
+    from .runner import JobRequest, runner_for
+    from .script import prepare_script
+
+    program = prepare_script(script_path, args=args, hyperparams=hyperparams, cwd=cwd)
+    request = JobRequest(code=program.code, sha256=program.sha256, hyperparams=program.hyperparams,
+                         timeout=timeout, max_restarts=max_restarts, stream=stream)
+    return runner_for(pool).run(request, on_output, on_notice)

@@ -1,0 +1,289 @@
+"""Shipping a notebook cell to the ranks.
+
+The cell is parsed here; the names it reads that the notebook defines (functions, classes and
+variables from earlier cells) travel as one cloudpickle, so shared objects stay shared; modules
+travel as their name and are imported again on each worker. Names the cell binds before it reads
+them are not shipped. A name that cannot be pickled is an error that names it.
+
+>>> program = prepare_cell("y = x + 1\\ny", {"x": 41})
+>>> sorted(program.shipped), program.has_value
+(['x'], True)
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import linecache
+import types
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SpecError
+from .payload import CellCode
+
+# Names every rank's cell gets without shipping them.
+RANK_NAMES = frozenset({"rank", "world_size", "device", "dist", "gg"})
+CELL_FILENAME = "<gpugeek_run cell>"
+
+
+@dataclass(frozen=True)
+class CellProgram:
+    code: CellCode
+    shipped: tuple[str, ...]  # pickled names
+    modules: tuple[str, ...]  # names imported again on the workers
+    sha256: str
+
+    @property
+    def has_value(self) -> bool:
+        return self.code.has_value
+
+
+def prepare_cell(
+    source: str,
+    namespace: Mapping[str, Any],
+    hidden: Collection[str] = (),
+    rank0_only: bool = False,
+) -> CellProgram:
+    """Parse ``source`` and pickle what it needs from ``namespace``; SpecError naming any bad name."""
+    import cloudpickle
+
+    names, has_value = _analyse(source)
+    needed = [n for n in names if n in namespace and n not in RANK_NAMES and n not in hidden]
+    imports: list[tuple[str, str]] = []
+    values: dict[str, Any] = {}
+    for name in needed:
+        value = namespace[name]
+        if isinstance(value, types.ModuleType) and value.__name__ != "__main__":
+            imports.append((name, value.__name__))
+        else:
+            values[name] = value
+    try:
+        blob = cloudpickle.dumps(values)
+    except Exception as e:
+        raise _unshippable(values, e) from e
+    code = CellCode(
+        source=source,
+        filename=CELL_FILENAME,
+        names_blob=blob,
+        imports=tuple(imports),
+        sources=_sources_of(values.values()),
+        has_value=has_value,
+        rank0_only=rank0_only,
+    )
+    return CellProgram(
+        code=code,
+        shipped=tuple(values),
+        modules=tuple(name for name, _ in imports),
+        sha256=hashlib.sha256(source.encode()).hexdigest(),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _analyse(source: str) -> tuple[tuple[str, ...], bool]:
+    """The cell's free names and whether it ends with an expression (cached: cells are re-run)."""
+    try:
+        tree = ast.parse(source, filename=CELL_FILENAME)
+    except SyntaxError as e:
+        raise SpecError(
+            f"the cell does not parse: {e.msg} at line {e.lineno} ({(e.text or '').strip()!r}); "
+            f"%%gpugeek_run cells are plain Python (no %magics or !commands)",
+            field="cell",
+        ) from e
+    return tuple(free_names(tree)), bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
+
+
+def free_names(tree: ast.Module) -> list[str]:
+    """Names the cell reads that it has not bound yet, in order of first appearance.
+
+    Top-level statements are followed in order (``x = x + 1`` reads ``x``; a loop variable is bound
+    before its body runs); inside functions, lambdas, comprehensions and classes only the names they
+    do not bind themselves count. A name bound in a branch counts as bound afterwards.
+    """
+    reader = _Reader()
+    reader.block(tree.body)
+    return list(reader.needed)
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.bound: set[str] = set()
+        self.needed: dict[str, None] = {}
+
+    def read(self, *nodes: ast.AST | None) -> None:
+        for node in nodes:
+            if node is None:
+                continue
+            for name in _reads(node):
+                if name not in self.bound:
+                    self.needed.setdefault(name, None)
+
+    def block(self, statements: list[ast.stmt]) -> None:
+        for statement in statements:
+            self.statement(statement)
+
+    def statement(self, node: ast.stmt) -> None:
+        if isinstance(node, ast.For | ast.AsyncFor):
+            self.read(node.iter)
+            self.bound |= _binds(node.target)
+            self.block(node.body)
+            self.block(node.orelse)
+        elif isinstance(node, ast.While | ast.If):
+            self.read(node.test)
+            self.block(node.body)
+            self.block(node.orelse)
+        elif isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                self.read(item.context_expr)
+                if item.optional_vars is not None:
+                    self.bound |= _binds(item.optional_vars)
+            self.block(node.body)
+        elif isinstance(node, ast.Try | ast.TryStar):
+            self.block(node.body)
+            for handler in node.handlers:
+                self.read(handler.type)
+                if handler.name:
+                    self.bound.add(handler.name)
+                self.block(handler.body)
+            self.block(node.orelse)
+            self.block(node.finalbody)
+        else:
+            self.read(node)
+            self.bound |= _binds(node)
+
+
+def _reads(node: ast.AST) -> set[str]:
+    """Names ``node`` reads in the current scope, and the free names of the scopes it defines."""
+    reads: set[str] = set()
+    for child in _in_scope(node):
+        if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
+            reads.add(child.id)
+        elif isinstance(child, ast.AugAssign) and isinstance(child.target, ast.Name):
+            reads.add(child.target.id)  # x += 1 reads x
+        elif isinstance(child, _SCOPES):
+            reads |= _free_in(child)
+    return reads
+
+
+def _binds(node: ast.AST) -> set[str]:
+    """Names ``node`` binds in the current scope."""
+    bound: set[str] = set()
+    for child in _in_scope(node):
+        if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store | ast.Del):
+            bound.add(child.id)
+        elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(child.name)
+        elif isinstance(child, ast.Import | ast.ImportFrom):
+            bound |= {(a.asname or a.name).split(".")[0] for a in child.names}
+        elif isinstance(child, ast.ExceptHandler) and child.name:
+            bound.add(child.name)
+        elif isinstance(child, ast.arg):
+            bound.add(child.arg)
+    return bound
+
+
+def _in_scope(node: ast.AST) -> list[ast.AST]:
+    """``node`` and its descendants, without the bodies of the scopes it contains (their headers stay)."""
+    found: list[ast.AST] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        found.append(current)
+        if isinstance(current, _SCOPES):
+            stack.extend(_scope_header(current))
+            continue
+        stack.extend(ast.iter_child_nodes(current))
+    return found
+
+
+def _scope_header(node: ast.AST) -> list[ast.AST]:
+    """The parts of a scope evaluated where it is defined: decorators, defaults, bases, first iterable."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return [*node.decorator_list, *node.args.defaults, *[d for d in node.args.kw_defaults if d is not None]]
+    if isinstance(node, ast.Lambda):
+        return [*node.args.defaults, *[d for d in node.args.kw_defaults if d is not None]]
+    if isinstance(node, ast.ClassDef):
+        return [*node.decorator_list, *node.bases, *[k.value for k in node.keywords]]
+    if isinstance(node, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):
+        return [node.generators[0].iter]
+    return []
+
+
+def _free_in(scope: ast.AST) -> set[str]:
+    """Names a function/lambda/class/comprehension reads but does not bind itself."""
+    if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        inner: list[ast.AST] = [scope.args, *(scope.body if isinstance(scope.body, list) else [scope.body])]
+    elif isinstance(scope, ast.ClassDef):
+        inner = list(scope.body)
+    else:  # comprehension: its generators (targets, later iterables, conditions) and element(s)
+        assert isinstance(scope, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp)
+        elements = [scope.key, scope.value] if isinstance(scope, ast.DictComp) else [scope.elt]
+        inner = [*scope.generators, *elements]
+    reads: set[str] = set()
+    bound: set[str] = set()
+    declared_global: set[str] = set()
+    for part in inner:
+        for child in _in_scope(part):
+            if isinstance(child, ast.Global):
+                declared_global |= set(child.names)
+        reads |= _reads(part)
+        bound |= _binds(part)
+    return reads - (bound - declared_global)
+
+
+def _unshippable(values: Mapping[str, Any], error: Exception) -> SpecError:
+    """The first name that does not pickle, and why (for a function: the global it uses that fails)."""
+    import cloudpickle
+
+    for name, value in values.items():
+        try:
+            cloudpickle.dumps(value)
+        except Exception as e:
+            culprit = _failing_global(value)
+            uses = f", which uses {culprit[0]!r} (a {type(culprit[1]).__name__})" if culprit else ""
+            return SpecError(
+                f"cannot send {name!r} (a {type(value).__name__}{uses}) to the workers: {type(e).__name__}: {e} "
+                f"(create it inside the %%gpugeek_run cell instead, e.g. {name} = ...)",
+                field=name,
+            )
+    return SpecError(f"cannot send the cell's names to the workers: {type(error).__name__}: {error}", field="cell")
+
+
+def _failing_global(value: Any) -> tuple[str, Any] | None:
+    import cloudpickle
+
+    function = value if isinstance(value, types.FunctionType) else None
+    if function is None:
+        return None
+    for name in function.__code__.co_names:
+        if name in function.__globals__:
+            candidate = function.__globals__[name]
+            if isinstance(candidate, types.ModuleType):
+                continue
+            try:
+                cloudpickle.dumps(candidate)
+            except Exception:
+                return name, candidate
+    return None
+
+
+def _sources_of(values: Collection[Any]) -> dict[str, str]:
+    """Source text of the notebook cells that defined the shipped functions/classes (for tracebacks)."""
+    sources: dict[str, str] = {}
+    for value in values:
+        function = value if isinstance(value, types.FunctionType) else None
+        if isinstance(value, type):
+            function = next((v for v in vars(value).values() if isinstance(v, types.FunctionType)), None)
+        if function is None or function.__module__ != "__main__":
+            continue
+        filename = function.__code__.co_filename
+        lines = linecache.getlines(filename)
+        if lines and filename not in sources:
+            sources[filename] = "".join(lines)
+    return sources

@@ -1,0 +1,65 @@
+"""What the driver sends to the ranks and what they answer: plain data, pickled once per job.
+
+The notebook's own objects travel inside :attr:`CellCode.names_blob` (a cloudpickle made by
+:mod:`.cell`), so the rest pickles with the standard library, quickly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+OUTPUT_TOPIC = "gpugeek-job-output"  # dask event topic of rank output and early failure notices
+
+
+@dataclass
+class CellCode:
+    source: str
+    filename: str
+    names_blob: bytes  # cloudpickle of {name: value}
+    imports: tuple[tuple[str, str], ...]  # (name in the cell, module to import)
+    sources: dict[str, str]  # linecache entries, so tracebacks show the notebook's lines
+    has_value: bool  # the last statement is an expression whose value is returned
+    rank0_only: bool = False
+
+
+@dataclass
+class ScriptCode:
+    path: str  # as the user gave it: sys.argv[0]
+    abspath: str  # __file__
+    source: str
+    args: tuple[str, ...]
+    cwd: str
+
+
+@dataclass
+class RankJob:
+    """One attempt of one job, the same for every rank (sent as one pickled blob)."""
+
+    job_id: str
+    attempt: int
+    max_restarts: int
+    generation: str
+    backend: str  # "gloo", or "cpu:gloo,cuda:nccl" on GPU pools
+    master_addr: str
+    master_port: int
+    code: CellCode | ScriptCode
+    amp: str | None = None  # "bf16" | "fp16"
+    stream: bool = True
+    launch: str = ""  # unique per launch: events of an earlier launch of the same job are told apart
+    cuda_visible: dict[str, str | None] = field(default_factory=dict)  # by worker address (GPU pools)
+
+
+@dataclass
+class RankOutcome:
+    rank: int
+    status: str  # ok | failed | cancelled | busy | stale
+    exit_code: int | None = 0
+    error: str | None = None  # one line: "ValueError: boom"
+    traceback: str | None = None
+    peer_failure: bool = False  # the error only reports that another rank went away
+    value_blob: bytes | None = None
+    output: list[tuple[str, str]] = field(default_factory=list)  # (stream, text) with stream=False
+    sent: int = 0  # output events emitted (the driver waits for all of them)
+    pid: int = 0
+    host: str = ""
+    duration_s: float = 0.0

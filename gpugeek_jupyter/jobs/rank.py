@@ -1,0 +1,512 @@
+"""What runs on each worker: one rank of a job.
+
+The dask worker process is the rank's process: the nanny started it with multiprocessing *spawn*,
+never fork, and it lives across jobs, so its process group stays warm between cells. Jobs run one
+after the other on one thread of that process, the rank thread, never on the worker's event loop,
+which stays free to answer the scheduler, forward output and take a cancel request.
+
+The driver (:mod:`.runner`) calls these functions with the worker's ``run`` handler:
+
+- :func:`prepare_generation` on every worker when the process group must be (re)built: drops the
+  old group, takes the worker's slot, and on rank 0's worker starts the rendezvous store
+  (torchrun's "agent store") on a port its OS picks;
+- :func:`run_rank` runs the job and answers a :class:`~.payload.RankOutcome`;
+- :func:`cancel_rank`, :func:`where_rank`, :func:`kill_rank` stop a job, say where a rank is, and,
+  last resort for a rank stuck in C code, end the worker process so the nanny starts a fresh one.
+
+A rank that fails destroys its process group at once: its sockets close, so peers blocked in a
+collective get an error instead of waiting for the gloo/NCCL timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import ctypes
+import functools
+import importlib
+import linecache
+import logging
+import os
+import pickle
+import queue
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import capture
+from .capture import Forwarder
+from .diagnose import describe_stack, format_user_traceback, is_peer_failure, one_line
+from .env import TORCHRUN_VARIABLES, build_worker_env, error_file_path
+from .layout import RankSlot
+from .payload import OUTPUT_TOPIC, CellCode, RankJob, RankOutcome, ScriptCode
+
+log = logging.getLogger(__name__)
+
+EXIT_CODE_KILLED = 70  # a worker ended by kill_rank exits with this status (EX_SOFTWARE)
+
+
+class JobCancelled(BaseException):
+    """Raised inside a rank's thread when the job is stopped (another rank failed, timeout, interrupt).
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so ``except Exception`` in user code does not
+    swallow it.
+    """
+
+
+# -- per-process state ----------------------------------------------------------------------------
+@dataclass
+class _ActiveJob:
+    job_id: str
+    launch: str  # this attempt's token: a late cancel meant for an earlier attempt does not match
+    rank: int
+    thread: threading.Thread | None = None
+    filename: str = ""
+    in_user_code: bool = False
+    cancelled: bool = False
+    injected: bool = False  # a JobCancelled was raised into the thread
+    finished: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Runtime:
+    def __init__(self) -> None:
+        self.generation: str | None = None
+        self.group_ready = False
+        self.store: Any = None  # TCPStore server when this worker is rank 0's
+        self.active: _ActiveJob | None = None
+        self.own_gpu: str | None = None
+        self.slot: RankSlot | None = None  # this worker's place in the current generation
+        self.thread: threading.Thread | None = None
+        self.work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.parent_env = dict(os.environ)  # the worker's environment before any job touched it
+        self.lock = threading.Lock()
+
+    def busy(self) -> bool:
+        return _running(self.active)
+
+
+def _running(active: _ActiveJob | None, launch: str | None = None) -> bool:
+    if active is None or active.finished or active.thread is None or not active.thread.is_alive():
+        return False
+    return launch is None or active.launch == launch
+
+
+_runtime = _Runtime()
+
+
+# -- entry points for client.run --------------------------------------------------------------------
+def prepare_generation(generation: str, slots: dict[str, RankSlot], dask_worker: Any = None) -> dict[str, Any]:
+    """Forget the old process group and take this worker's slot; rank 0's worker also starts a fresh
+    rendezvous store (torchrun's agent store) on a port its OS picks.
+
+    Returns this worker's facts: pid, whether a previous job still runs (``busy``), its GPU, and on
+    the master the store's port (MASTER_PORT).
+    """
+    facts: dict[str, Any] = {"pid": os.getpid(), "busy": _runtime.busy(), "port": None, "own_gpu": _own_gpu()}
+    if facts["busy"]:
+        return facts
+    _drop_group()
+    slot = slots[dask_worker.address]
+    _runtime.generation, _runtime.slot, _runtime.store = generation, slot, None
+    if slot.rank == 0:
+        from torch.distributed import TCPStore
+
+        _runtime.store = TCPStore(slot.host, 0, slot.world_size, is_master=True, wait_for_workers=False)
+        facts["port"] = int(_runtime.store.port)
+    return facts
+
+
+async def run_rank(job_blob: bytes, dask_worker: Any = None) -> RankOutcome:
+    """Run this worker's rank of a job on its rank thread; answer when it has finished.
+
+    A rank that fails also says so at once on the output topic, so that the driver can stop the
+    other ranks before they answer.
+    """
+    job: RankJob = pickle.loads(job_blob)  # plain data: the notebook's objects are a cloudpickle inside
+    slot = _runtime.slot
+    early = None
+    if slot is None or _runtime.generation != job.generation:
+        early = RankOutcome(rank=slot.rank if slot else -1, status="stale", exit_code=None, pid=os.getpid(),
+                            error="the process group was rebuilt since")
+    elif _runtime.busy():
+        early = RankOutcome(rank=slot.rank, status="busy", exit_code=None, pid=os.getpid(), host=slot.host,
+                            error="a previous job is still running on this worker")
+    if early is not None:
+        _report_end(dask_worker, job, early)
+        return early
+    assert slot is not None
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[RankOutcome] = loop.create_future()
+    active = _ActiveJob(job_id=job.job_id, launch=job.launch, rank=slot.rank)
+    forwarder = Forwarder(dask_worker, loop, job.job_id, job.launch, slot.rank, job.stream)
+
+    def finish(outcome: RankOutcome) -> None:
+        if not done.done():
+            done.set_result(outcome)
+
+    def body() -> None:
+        outcome = RankOutcome(rank=slot.rank, status="failed", exit_code=1, pid=os.getpid(), host=slot.host)
+        try:
+            outcome = _execute(job, slot, job.cuda_visible.get(slot.address), active, forwarder)
+        except BaseException as e:  # a bug of ours, or a cancel that landed outside the user's code
+            outcome.error = f"the rank's runner failed: {one_line(e)}"
+            outcome.traceback = "".join(traceback.format_exception(e))
+            _drop_group()
+        finally:
+            active.finished = True
+            if outcome.status != "ok":
+                _report_end(dask_worker, job, outcome)
+            loop.call_soon_threadsafe(finish, outcome)
+
+    capture.install(threading.get_ident())
+    active.thread = _rank_thread()
+    _runtime.active = active
+    _runtime.work.put(body)
+    return await done
+
+
+def _rank_thread() -> threading.Thread:
+    """The thread that runs this worker's jobs, one after the other (started on first use).
+
+    One thread for the worker's life: thread-local state (the CUDA device, grad mode) carries from
+    cell to cell as it does in the notebook. A job stuck in it ends with the worker process.
+    """
+    with _runtime.lock:
+        if _runtime.thread is None or not _runtime.thread.is_alive():
+            _runtime.thread = threading.Thread(target=_serve, name="gpugeek-rank", daemon=True)
+            _runtime.thread.start()
+        return _runtime.thread
+
+
+def _serve() -> None:
+    while True:
+        work = _runtime.work.get()
+        try:
+            work()
+        except BaseException as e:  # work() reports its own errors; this keeps the thread alive
+            log.warning("rank thread: %s", one_line(e))
+
+
+def _report_end(worker: Any, job: RankJob, outcome: RankOutcome) -> None:
+    try:
+        worker.log_event(OUTPUT_TOPIC, {"job": job.job_id, "launch": job.launch, "rank": outcome.rank, "ended": outcome.status})
+    except Exception as e:  # the answer still carries it
+        log.info("could not report the end of rank %d early: %s", outcome.rank, e)
+
+
+def cancel_rank(launch: str) -> dict[str, Any]:
+    """Stop the job's user code on this worker (an exception raised in its thread)."""
+    active = _runtime.active
+    if not _running(active, launch):
+        return {"running": False}
+    assert active is not None and active.thread is not None
+    with active.lock:
+        active.cancelled = True
+        if active.in_user_code and active.thread.ident is not None:
+            _async_raise(active.thread.ident, JobCancelled)
+            active.injected = True
+    return {"running": True}
+
+
+def where_rank(launch: str) -> dict[str, Any]:
+    """Where the job's thread is now: in a collective (which) or in user code (which line)."""
+    active = _runtime.active
+    if not _running(active, launch):
+        return {"running": False}
+    assert active is not None and active.thread is not None
+    frame = sys._current_frames().get(active.thread.ident or -1)
+    return {"running": True, **describe_stack(frame, active.filename)}
+
+
+def kill_rank(launch: str | None, dask_worker: Any = None) -> bool:
+    """End this worker process if the job's thread is still alive (stuck in C code); the nanny restarts it.
+
+    ``launch`` None: whatever job is still running here (a worker found busy before a new job).
+    """
+    active = _runtime.active
+    if not _running(active, launch):
+        return False
+    assert active is not None
+    log.warning("job %s: rank %d did not stop when cancelled; ending worker process %d",
+                active.job_id, active.rank, os.getpid())
+    if dask_worker is not None:
+        dask_worker.loop.call_later(0.05, os._exit, EXIT_CODE_KILLED)
+    else:
+        os._exit(EXIT_CODE_KILLED)
+    return True
+
+
+# -- the rank's thread ------------------------------------------------------------------------------
+def _execute(job: RankJob, slot: RankSlot, cuda_visible: str | None, active: _ActiveJob, forwarder: Forwarder) -> RankOutcome:
+    started = time.monotonic()
+    outcome = RankOutcome(rank=slot.rank, status="ok", pid=os.getpid(), host=slot.host)
+    env = build_worker_env(
+        slot,
+        master_addr=job.master_addr,
+        master_port=job.master_port,
+        run_id=job.job_id,
+        restart_count=job.attempt,
+        max_restarts=job.max_restarts,
+        error_file=error_file_path(
+            os.path.join(tempfile.gettempdir(), "gpugeek_jobs"), job.job_id, job.attempt, slot.local_rank
+        ),
+        parent_env=_runtime.parent_env,
+    )
+    if cuda_visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible
+    is_script = isinstance(job.code, ScriptCode)
+    error_dir = os.path.dirname(env["TORCHELASTIC_ERROR_FILE"])
+    if is_script:  # for torch's @record; a few ms of file system work, so only where scripts use it
+        os.makedirs(error_dir, exist_ok=True)
+    active.filename = job.code.abspath if isinstance(job.code, ScriptCode) else job.code.filename
+    _apply_environment(env)
+    try:
+        with capture.captured(forwarder):
+            try:
+                if is_script:
+                    assert isinstance(job.code, ScriptCode)
+                    _drop_group()  # a script builds its own group, as under torchrun
+                    outcome.exit_code = _run_script(job.code, active)
+                    if outcome.exit_code != 0:
+                        outcome.status = "failed"
+                        outcome.error = f"exited with status {outcome.exit_code}"
+                else:
+                    assert isinstance(job.code, CellCode)
+                    outcome.value_blob = _run_cell(job, job.code, slot, active)
+            except JobCancelled:
+                outcome.status, outcome.exit_code, outcome.error = "cancelled", None, "stopped"
+            except BaseException as e:  # the user's error, reported with its traceback
+                outcome.status, outcome.exit_code = "failed", 1
+                outcome.error = one_line(e)
+                outcome.traceback = format_user_traceback(e)
+                outcome.peer_failure = is_peer_failure(e)
+                if not isinstance(e, Exception):
+                    log.warning("rank %d: job %s ended by %s", slot.rank, job.job_id, type(e).__name__)
+            finally:
+                _clear_pending_cancel(active)
+                if outcome.status != "ok" or is_script:
+                    _drop_group()  # closes our sockets: peers waiting on us fail now, not at the timeout
+                forwarder.flush()
+    except JobCancelled:  # landed after the user code, during clean-up: the job had finished anyway
+        outcome.status, outcome.exit_code, outcome.error = "cancelled", None, "stopped"
+        _drop_group()
+    if is_script:
+        with contextlib.suppress(OSError):
+            os.rmdir(error_dir)  # only when empty: an error file written by @record stays
+    outcome.output = forwarder.collected
+    outcome.sent = forwarder.sent
+    outcome.duration_s = time.monotonic() - started
+    return outcome
+
+
+def _apply_environment(env: dict[str, str]) -> None:
+    """Put the rank's variables into the worker's environment (only those that changed).
+
+    They stay there until the next job, as a torchrun rank keeps them for its life; the worker's own
+    environment, as it was before any job, is kept apart as the parent environment.
+    """
+    for key in TORCHRUN_VARIABLES + ("CUDA_VISIBLE_DEVICES",):
+        value = env.get(key)
+        if value is None:
+            if key in os.environ and key not in _runtime.parent_env:
+                del os.environ[key]
+        elif os.environ.get(key) != value:
+            os.environ[key] = value
+    threads = env.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit():
+        import torch
+
+        if torch.get_num_threads() != int(threads):
+            torch.set_num_threads(int(threads))
+
+
+@contextlib.contextmanager
+def _user_code(active: _ActiveJob) -> Iterator[None]:
+    """Marks the span where a cancel may raise JobCancelled in this thread."""
+    with active.lock:
+        if active.cancelled:
+            raise JobCancelled()
+        active.in_user_code = True
+    try:
+        yield
+    finally:
+        _clear_pending_cancel(active)
+
+
+def _clear_pending_cancel(active: _ActiveJob) -> None:
+    """Close the span; a JobCancelled raised into it that has not landed yet lands here, harmlessly.
+
+    (Clearing it with ``PyThreadState_SetAsyncExc(id, NULL)`` would leave the interpreter's
+    eval-breaker signalled for good: every thread of the worker would take the slow path.)
+    """
+    with active.lock:
+        active.in_user_code = False
+        injected, active.injected = active.injected, False
+    if injected:
+        try:
+            for _ in range(10_000):  # a pending asynchronous exception lands at the first backward jump
+                pass
+        except JobCancelled:
+            pass
+
+
+def _async_raise(thread_id: int, exc_type: type[BaseException]) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type))
+
+
+def _own_gpu() -> str | None:
+    """The GPU this worker owns: dask-cuda lists it first in the worker's CUDA_VISIBLE_DEVICES."""
+    if _runtime.own_gpu is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+        _runtime.own_gpu = visible.split(",")[0].strip() if visible else ""
+    return _runtime.own_gpu or None
+
+
+def _device(slot: RankSlot) -> Any:
+    import torch
+
+    if _own_gpu() is not None and torch.cuda.is_available():
+        index = slot.local_rank if slot.local_rank < torch.cuda.device_count() else 0
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def _ensure_group(job: RankJob, device: Any) -> None:
+    import torch.distributed as dist
+
+    if _runtime.group_ready and dist.is_initialized():
+        return
+    _drop_group(keep_generation=True)
+    kwargs: dict[str, Any] = {}
+    if device.type == "cuda":
+        kwargs["device_id"] = device
+    dist.init_process_group(job.backend, init_method="env://", **kwargs)
+    _runtime.group_ready = True
+
+
+def _drop_group(keep_generation: bool = False) -> None:
+    """Destroy this process's default group, if any (later jobs rebuild it)."""
+    _runtime.group_ready = False
+    if not keep_generation:
+        _runtime.generation = None
+    if "torch.distributed" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception as e:
+            log.warning("could not destroy the process group cleanly: %s", e)
+
+
+def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob) -> bytes | None:
+    import cloudpickle
+    import torch
+    import torch.distributed as dist
+
+    from .helpers import Helpers
+
+    device = _device(slot)
+    _register_sources({code.filename: code.source, **code.sources})
+    body, last = compile_cell(code.source, code.filename)
+    helpers = Helpers(rank=slot.rank, world_size=slot.world_size, local_rank=slot.local_rank, device=device, amp=job.amp)
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    with _user_code(active):
+        _ensure_group(job, device)
+        for alias, module in code.imports:
+            namespace[alias] = importlib.import_module(module)
+        namespace.update(cloudpickle.loads(code.names_blob))
+        namespace.update(rank=slot.rank, world_size=slot.world_size, device=device, dist=dist, gg=helpers)
+        with helpers.autocast():
+            exec(body, namespace)
+            value = eval(last, namespace) if last is not None else None
+    if not code.has_value or (code.rank0_only and slot.rank != 0):
+        return None
+    try:
+        return cloudpickle.dumps(to_cpu(value, torch))
+    except Exception as e:
+        raise TypeError(
+            f"the value of the cell's last expression ({type(value).__name__}) cannot be sent back: {e} "
+            f"(end the cell with a value that pickles, e.g. a float, a list or a CPU tensor)"
+        ) from e
+
+
+@functools.lru_cache(maxsize=64)  # a cell run again (a training loop's next epoch) is compiled once
+def compile_cell(source: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:
+    """The cell's statements, and its last expression separately when it ends with one."""
+    import ast
+
+    tree = ast.parse(source, filename=filename)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body[-1].value)
+        tree.body.pop()
+    body = compile(tree, filename, "exec")
+    return body, (compile(last, filename, "eval") if last is not None else None)
+
+
+def to_cpu(value: Any, torch: Any) -> Any:
+    """Tensors (also inside lists, tuples and dicts) moved to the CPU and detached."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, list):
+        return [to_cpu(v, torch) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(to_cpu(v, torch) for v in value)
+    if isinstance(value, dict):
+        return {k: to_cpu(v, torch) for k, v in value.items()}
+    return value
+
+
+def _run_script(code: ScriptCode, active: _ActiveJob) -> int:
+    """Run a script as ``python script.py ARGS`` would under torchrun; its exit status."""
+    saved_argv, saved_path, saved_main = sys.argv, list(sys.path), sys.modules.get("__main__")
+    saved_cwd = os.getcwd()
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=code.abspath, __builtins__=builtins, __spec__=None, __cached__=None)
+    _register_sources({code.abspath: code.source})
+    try:
+        if os.path.isdir(code.cwd):
+            os.chdir(code.cwd)
+        sys.argv = [code.path, *code.args]
+        sys.path.insert(0, os.path.dirname(code.abspath))
+        sys.modules["__main__"] = main
+        compiled = compile(code.source, code.abspath, "exec")
+        try:
+            with _user_code(active):
+                exec(compiled, main.__dict__)
+        except SystemExit as e:
+            return _exit_status(e)
+        return 0
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+        with contextlib.suppress(OSError):
+            os.chdir(saved_cwd)
+
+
+def _exit_status(e: SystemExit) -> int:
+    """What the interpreter would exit with for ``SystemExit(code)``."""
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+def _register_sources(sources: dict[str, str]) -> None:
+    for filename, text in sources.items():
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)

@@ -1,0 +1,350 @@
+"""Watching one attempt of a job: output, failures, deaths, timeout and interrupt, then the verdict.
+
+Stopping, in order: every rank is asked to stop (``JobCancelled`` raised in its thread); a failed
+rank closes its process group, which breaks its peers out of their collectives; after
+``CANCEL_GRACE_S`` a rank still running (stuck in C code) has its worker process ended, those
+outside a collective first (their peers then fail and return), and the nanny starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..store import JobStatus
+from . import rank as rank_side
+from .layout import Layout
+from .payload import RankOutcome
+from .result import RankReport
+
+log = logging.getLogger(__name__)
+
+OutputCallback = Callable[[int, str, str], None]  # (rank, "stdout" | "stderr", text)
+
+CANCEL_GRACE_S = 1.5  # a cancelled rank has this long to stop before its worker process is ended
+KILL_WAIT_S = 5.0  # how long an ended worker may take to be seen gone
+OUTPUT_DRAIN_S = 2.0  # late output events are awaited this long after the last rank answered
+_MAX_OUTPUT_CHARS = 1_000_000  # kept per rank in JobResult.output
+
+
+class Workers(Protocol):
+    """What the watch needs from the runner: calls to the job's workers."""
+
+    pids: dict[str, int]
+
+    def fire(self, function: Callable[..., Any], addresses: list[str], *args: Any) -> None: ...
+
+    def ask(self, function: Callable[..., Any], addresses: list[str], *args: Any, timeout: float = 3.0) -> dict[str, Any]: ...
+
+
+@dataclass
+class Attempt:
+    """How one attempt ended."""
+
+    reports: list[RankReport]
+    values: list[Any]
+    status: JobStatus
+    failure: str | None = None
+    failed_rank: int | None = None
+    traceback: str | None = None
+    timed_out: bool = False
+    interrupted: bool = False
+    retry: bool = False  # nothing of the user's failed (stale group, busy or vanished worker): run it again
+
+    @property
+    def ok(self) -> bool:
+        return self.status is JobStatus.SUCCEEDED
+
+
+class WorkerGone(ConnectionError):
+    """A worker could not be reached to start the job: it went away since the last job."""
+
+
+class AttemptWatch:
+    """Follows one attempt: output, failures, deaths, timeout and interrupt, until every rank answered."""
+
+    def __init__(
+        self,
+        runner: Workers,
+        job_id: str,
+        launch: str,
+        layout: Layout,
+        events: queue.Queue[tuple[str, Any]],
+        deadline: float | None,
+        timeout: float | None,
+        on_output: OutputCallback,
+        outputs: dict[int, list[str]],
+    ) -> None:
+        self.runner = runner
+        self.job_id = job_id
+        self.launch = launch
+        self.layout = layout
+        self.events = events
+        self.deadline = deadline
+        self.timeout = timeout
+        self.on_output = on_output
+        self.outputs = outputs
+        self.answers: dict[str, RankOutcome | BaseException] = {}
+        self.pending = set(layout.addresses)
+        self.ended: list[int] = []  # ranks that reported a failure, in order
+        self.received: dict[int, int] = {}  # output events seen per rank
+        self.output_chars: dict[int, int] = {}
+        self.stopping: str | None = None  # failed | timeout | interrupted
+        self.stop_message: str | None = None
+        self.cancel_at: float | None = None
+        self.next_kill_check: float | None = None  # when to look for ranks that ignored the cancel
+        self.killed: set[str] = set()
+        self.kill_at: float | None = None
+        self.gone: set[str] = set()
+
+    # -- the loop ------------------------------------------------------------------------------
+    def wait(self) -> None:
+        interrupted = False
+        while self.pending:
+            try:
+                if interrupted:  # handled here, so that an interrupt during the handling is not lost
+                    interrupted = False
+                    self.interrupt()
+                self._step()
+            except KeyboardInterrupt:
+                interrupted = True
+        try:
+            self._drain_output()
+        except KeyboardInterrupt:
+            log.info("job %s: stopped waiting for the ranks' last output", self.job_id)
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        wake = [now + 1.0]
+        if self.deadline is not None and self.stopping is None:
+            wake.append(self.deadline)
+        if self.next_kill_check is not None and self.pending - self.killed:
+            wake.append(self.next_kill_check)
+        if self.kill_at is not None:
+            wake.append(self.kill_at + KILL_WAIT_S)
+        try:
+            kind, payload = self.events.get(timeout=max(0.0, min(wake) - now))
+        except queue.Empty:
+            kind, payload = "tick", None
+        if kind == "out":
+            self._output(payload)
+        elif kind == "ended" and payload.get("launch") == self.launch:  # not a late word from an earlier launch
+            self._rank_failed(int(payload["rank"]))
+        elif kind == "done":
+            self._answered(*payload)
+        elif kind == "removed" and payload in self.pending and payload not in self.killed:
+            self.gone.add(payload)  # its answer (an error) follows; the others stop now
+            self._stop("failed", None)
+        now = time.monotonic()
+        if self.stopping is None and self.deadline is not None and now >= self.deadline:
+            self._time_out()
+        if self.next_kill_check is not None and self.pending - self.killed and now >= self.next_kill_check:
+            self._kill_stuck(everyone=bool(self.killed))
+            self.next_kill_check = time.monotonic() + CANCEL_GRACE_S
+        if self.kill_at is not None and now >= self.kill_at + KILL_WAIT_S:  # ended, never seen gone
+            for address in sorted(self.pending & self.killed):
+                self._answered(address, RuntimeError("the worker did not answer after it was ended"))
+
+    def interrupt(self) -> None:
+        if self.stopping == "interrupted":
+            self._kill_stuck(everyone=True)  # a second interrupt: do not wait for the grace period
+            return
+        self.stopping, self.stop_message = "interrupted", "interrupted from the notebook"
+        self._cancel()
+
+    # -- events --------------------------------------------------------------------------------
+    def _output(self, message: dict[str, Any]) -> None:
+        rank, text = int(message["rank"]), str(message["text"])
+        if message.get("launch") == self.launch:
+            self.received[rank] = self.received.get(rank, 0) + 1
+        self._show(rank, str(message["stream"]), text)
+
+    def _show(self, rank: int, stream: str, text: str) -> None:
+        self._keep(rank, text)
+        try:
+            self.on_output(rank, stream, text)
+        except Exception as e:  # the display failing must not lose the job
+            log.warning("could not show output of rank %d: %s", rank, e)
+
+    def _keep(self, rank: int, text: str) -> None:
+        used = self.output_chars.get(rank, 0)
+        if used < _MAX_OUTPUT_CHARS:
+            self.outputs.setdefault(rank, []).append(text[: _MAX_OUTPUT_CHARS - used])
+            self.output_chars[rank] = used + len(text)
+
+    def _rank_failed(self, rank: int) -> None:
+        """A rank failed (or reported that it will): stop the others now."""
+        if rank not in self.ended:
+            self.ended.append(rank)
+        self._stop("failed", None)
+
+    def _answered(self, address: str, answer: RankOutcome | BaseException) -> None:
+        if address not in self.pending:
+            return
+        self.pending.discard(address)
+        self.answers[address] = answer
+        if isinstance(answer, RankOutcome):
+            self.gone.discard(address)  # it answered: its process is alive
+            for stream, text in answer.output:  # --no-stream: shown now, in one piece
+                self._show(answer.rank, stream, text)
+            if answer.status != "ok":
+                self._rank_failed(answer.rank)
+        else:
+            self.gone.add(address)
+            self._rank_failed(self.layout.slot_of(address).rank)
+
+    # -- stopping ------------------------------------------------------------------------------
+    def _stop(self, reason: str, message: str | None) -> None:
+        if self.stopping is None:
+            self.stopping, self.stop_message = reason, message
+            self._cancel()
+
+    def _cancel(self) -> None:
+        self.cancel_at = time.monotonic()
+        self.next_kill_check = self.cancel_at + CANCEL_GRACE_S
+        self.runner.fire(rank_side.cancel_rank, sorted(self.pending - self.gone), self.launch)
+
+    def _kill_stuck(self, everyone: bool = False) -> None:
+        """End the workers of ranks that did not stop: first those outside a collective (the stuck
+        ones; their peers' collectives then fail and return), the rest a grace period later."""
+        candidates = sorted(self.pending - self.killed - self.gone)
+        where = self.runner.ask(rank_side.where_rank, candidates, self.launch, timeout=2.0) if candidates else {}
+        running = [a for a in candidates if isinstance(where.get(a), dict) and where[a].get("running")]
+        if not everyone:
+            stuck = [a for a in running if not where[a].get("collective")]
+            running = stuck or running[:1]
+        if running:
+            self.kill_at = time.monotonic()
+            self.killed |= set(running)
+            self.gone |= set(running)
+            self.runner.fire(rank_side.kill_rank, running, self.launch)
+
+    def _time_out(self) -> None:
+        where = self.runner.ask(rank_side.where_rank, sorted(self.pending - self.gone), self.launch, timeout=3.0)
+        where.update({a: {"running": False} for a in self.answers})
+        self._stop("timeout", timeout_message(self.job_id, self.timeout or 0.0, self.layout, where))
+
+    def _drain_output(self) -> None:
+        """Wait for output events the ranks sent before answering (they travel on another channel)."""
+        expected = {a.rank: a.sent for a in self.answers.values() if isinstance(a, RankOutcome)}
+        deadline = time.monotonic() + OUTPUT_DRAIN_S
+        while any(self.received.get(r, 0) < n for r, n in expected.items()):
+            try:
+                kind, payload = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                log.warning("job %s: some output of the ranks did not arrive", self.job_id)
+                return
+            if kind == "out":
+                self._output(payload)
+
+    # -- the verdict ---------------------------------------------------------------------------
+    def outcome(self) -> Attempt:
+        import cloudpickle
+
+        reports = [self._report(slot.address) for slot in self.layout.slots]
+        answers = [self.answers.get(s.address) for s in self.layout.slots]
+        if all(isinstance(a, RankOutcome) and a.status == "ok" for a in answers):
+            try:
+                values = [cloudpickle.loads(a.value_blob) if a.value_blob else None for a in answers]  # type: ignore[union-attr]
+            except Exception as e:  # e.g. a class this process cannot import
+                return Attempt(reports=reports, values=[None] * len(reports), status=JobStatus.FAILED,
+                               failure=f"job {self.job_id}: the cell's values cannot be read here: {type(e).__name__}: {e}")
+            return Attempt(reports=reports, values=values, status=JobStatus.SUCCEEDED)
+        attempt = Attempt(reports=reports, values=[None] * len(reports), status=JobStatus.FAILED)
+        # nothing of the user's failed: the job met a rebuilt group, a busy worker or a worker that had
+        # gone before the job reached it; it runs again once the pool is whole
+        not_started = [a for a in answers if isinstance(a, WorkerGone)
+                       or (isinstance(a, RankOutcome) and a.status in ("busy", "stale"))]
+        own_failures = [a for a in answers if not isinstance(a, WorkerGone) and not (
+            isinstance(a, RankOutcome) and (a.status in ("ok", "busy", "stale", "cancelled") or a.peer_failure))]
+        attempt.retry = bool(not_started) and not own_failures and self.stopping not in ("interrupted", "timeout")
+        if self.stopping == "interrupted":
+            attempt.status, attempt.interrupted = JobStatus.CANCELLED, True
+            attempt.failure = f"job {self.job_id} was interrupted; every rank stopped ({_summary(reports)})"
+            return attempt
+        if self.stopping == "timeout":
+            attempt.timed_out = True
+            attempt.failure = self.stop_message
+            return attempt
+        died = [self.layout.slot_of(a).rank for a in self.gone if a not in self.killed]
+        primary = _primary_failure(reports, self.ended + sorted(died) + [r.rank for r in reports])
+        if primary is not None:
+            attempt.failed_rank, attempt.traceback = primary.rank, primary.traceback
+            others = [r.describe() for r in reports if r is not primary and r.status != "ok"]
+            attempt.failure = f"job {self.job_id} failed on {primary.describe()}" + (f"; {'; '.join(others)}" if others else "")
+        else:
+            attempt.failure = f"job {self.job_id} failed ({_summary(reports)})"
+        return attempt
+
+    def _report(self, address: str) -> RankReport:
+        slot = self.layout.slot_of(address)
+        answer = self.answers.get(address)
+        report = RankReport(rank=slot.rank, host=slot.host, address=address, status="died", exit_code=None)
+        if isinstance(answer, RankOutcome):
+            report.status = {"busy": "failed", "stale": "cancelled"}.get(answer.status, answer.status)
+            report.exit_code, report.error = answer.exit_code, answer.error
+            report.traceback, report.peer_failure = answer.traceback, answer.peer_failure
+        elif address in self.killed:
+            report.status = "killed"
+            report.error = "did not stop and its worker process was ended"
+        else:
+            pid = self.runner.pids.get(address)
+            report.error = (
+                f"its worker process{f' (pid {pid})' if pid else ''} at {address} died during the job "
+                f"(killed, or out of memory); the pool restarts it"
+            )
+            if answer is not None:
+                log.info("rank %d: %s", slot.rank, answer)
+        return report
+
+
+def _primary_failure(reports: list[RankReport], arrival: list[int]) -> RankReport | None:
+    """The rank that caused the failure: the first to fail on its own, else the first that died."""
+    by_rank = {r.rank: r for r in reports}
+    ordered = [by_rank[r] for r in arrival if r in by_rank]
+    for candidates in (
+        [r for r in ordered if r.status == "failed" and not r.peer_failure],
+        [r for r in ordered if r.status == "died"],
+        [r for r in ordered if r.status == "failed"],
+        [r for r in ordered if r.status == "killed"],
+    ):
+        if candidates:
+            return candidates[0]
+    return None
+
+
+def _summary(reports: list[RankReport]) -> str:
+    return "; ".join(r.describe() for r in reports)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in sorted(ranks))
+
+
+def timeout_message(job_id: str, timeout: float, layout: Layout, where: dict[str, Any]) -> str:
+    """Which ranks wait in a collective and which had not arrived (and where they are)."""
+    waiting: dict[str, list[int]] = {}
+    behind: list[tuple[int, str]] = []
+    for slot in layout.slots:
+        info = where.get(slot.address)
+        if isinstance(info, dict) and info.get("collective"):
+            waiting.setdefault(info["collective"], []).append(slot.rank)
+        elif isinstance(info, dict) and info.get("running"):
+            behind.append((slot.rank, f"at {info.get('at') or 'an unknown line'}"))
+        elif isinstance(info, dict):
+            behind.append((slot.rank, "had finished"))
+        else:
+            behind.append((slot.rank, "did not answer"))
+    head = f"job {job_id} timed out after {timeout:g} s"
+    if waiting:
+        waits = "; ".join(f"{_ranks(r)} waiting in {name}" for name, r in waiting.items())
+        if behind:
+            late = ", ".join(f"rank {r} {where}" for r, where in behind)
+            return f"{head}: {_ranks([r for r, _ in behind])} had not arrived ({late}); {waits}"
+        return f"{head}: {waits} (every rank is in a collective: do they call the same ones in the same order?)"
+    running = ", ".join(f"rank {r} {where}" for r, where in behind)
+    return f"{head}: no rank was in a collective ({running})"

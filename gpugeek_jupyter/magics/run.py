@@ -1,0 +1,198 @@
+"""Job magics: ``%%gpugeek_run`` (a cell on every rank), ``%gpugeek_run --script``, ``%gpugeek_jobs``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+
+from ..errors import SpecError
+from ._common import parse_options, usage_errors
+
+_RUN_EXAMPLE = "--pool dev --timeout 600 -o losses"
+
+
+def job_table(records: list[Any]) -> Any:
+    """A pandas DataFrame with one row per job record, newest first."""
+    import datetime as dt
+
+    import pandas as pd
+
+    columns = ["id", "pool", "kind", "status", "ranks", "restarts", "started", "duration_s", "exit codes", "failure", "sha256"]
+    rows = [
+        {
+            "id": r.id,
+            "pool": r.pool_name,
+            "kind": r.kind,
+            "status": r.status.value,
+            "ranks": r.ranks,
+            "restarts": r.restarts,
+            "started": dt.datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S"),
+            "duration_s": round(r.ended_at - r.started_at, 3) if r.ended_at else None,
+            "exit codes": r.rank_exits,
+            "failure": r.failure_reason or "",
+            "sha256": r.code_sha256[:12],
+        }
+        for r in records
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _number(value: str | None, flag: str, example: str, integer: bool = False) -> Any:
+    if value is None:
+        return None
+    try:
+        number = int(value) if integer else float(value)
+    except ValueError:
+        kind = "a whole number" if integer else "a number"
+        raise SpecError(f"{flag} must be {kind}, got '{value}' (e.g. {flag} {example})", field=flag.lstrip("-")) from None
+    return number
+
+
+@magics_class
+class JobMagics(Magics):
+    @magic_arguments()
+    @argument("--pool", default=None, help="pool to run on (default: the current pool)")
+    @argument("--amp", default=None, help="run under torch.autocast: bf16 or fp16 (fp16 also gives gg.scaler a GradScaler)")
+    @argument("--timeout", default=None, help="seconds; a job still running then is stopped, naming the ranks that had not arrived")
+    @argument("--max-restarts", default="0", help="restart a failed job up to this many times (TORCHELASTIC_RESTART_COUNT)")
+    @argument("-o", "--output", dest="output", default=None, help="store the cell's last expression, a list by rank, in this variable")
+    @argument("--rank0", action="store_true", help="give back rank 0's value only")
+    @argument("--no-stream", action="store_true", help="show the ranks' output when the job ends, not live")
+    @argument("--script", default=None, help="line magic: run this torchrun-ready script instead of a cell")
+    @argument("script_args", nargs="*", help="after --: the script's arguments")
+    @line_cell_magic
+    def gpugeek_run(self, line: str, cell: str | None = None) -> Any:
+        """Run a cell, or a script, on every worker of a pool: one rank per worker, torchrun's environment.
+
+        Examples::
+
+            In [1]: %%gpugeek_run
+               ...: model = gg.ddp(Net())
+               ...: for x, y in gg.shard(dataset, batch_size=64):
+               ...:     ...
+               ...: print(rank, loss.item())
+            [rank 0] 0 0.31
+            [rank 1] 1 0.29
+
+            In [2]: %%gpugeek_run --pool dev --amp bf16 --timeout 600 --max-restarts 2 -o losses
+               ...: ...
+               ...: losses[-1]
+            In [3]: losses
+            Out[3]: [0.29, 0.29]
+
+            In [4]: %gpugeek_run --script train.py -- --lr 3e-5
+
+        The cell sees ``rank``, ``world_size``, ``device``, ``dist`` (torch.distributed) and ``gg``
+        (``gg.ddp``, ``gg.fsdp``, ``gg.shard``, ``gg.grad_checkpoint``, ``gg.checkpoint``,
+        ``gg.scaler``); the notebook's functions, classes and variables it uses are sent along, and
+        its modules imported again. Output appears live as ``[rank N] ...``; a failing rank's
+        traceback is shown and raised here, and the pool stays usable.
+        """
+        from ..jobs import run_cell, run_script
+        from ..jobs.output import LabelledWriter
+
+        args = parse_options(self.gpugeek_run, line, _RUN_EXAMPLE)
+        script_args = list(args.script_args)
+        if script_args[:1] == ["--"]:
+            script_args = script_args[1:]
+        if cell is None and args.script is None:
+            raise UsageError(
+                "%gpugeek_run as a line magic runs a script (e.g. %gpugeek_run --script train.py -- --lr 3e-5); "
+                "for notebook code use the cell magic %%gpugeek_run"
+            )
+        if cell is not None and args.script is not None:
+            raise UsageError("--script is for the line magic (e.g. %gpugeek_run --script train.py -- --lr 3e-5)")
+        if script_args and args.script is None:
+            raise UsageError(f"unexpected arguments {' '.join(script_args)!r} (e.g. %%gpugeek_run {_RUN_EXAMPLE})")
+        writer = LabelledWriter()
+        shell = self.shell
+        assert shell is not None
+        with usage_errors():
+            pool = self._pool(args.pool)
+            timeout = _number(args.timeout, "--timeout", "600")
+            max_restarts = _number(args.max_restarts, "--max-restarts", "2", integer=True)
+            if args.output is not None and not args.output.isidentifier():
+                raise SpecError(f"-o needs a variable name, got '{args.output}' (e.g. -o losses)", field="output")
+            options = {
+                "timeout": timeout,
+                "max_restarts": max_restarts,
+                "stream": not args.no_stream,
+                "on_output": writer,
+                "on_notice": _notice,
+            }
+            if args.script is not None:
+                result = run_script(pool, args.script, script_args, **options)
+            else:
+                assert cell is not None
+                result = run_cell(
+                    pool,
+                    cell,
+                    shell.user_ns,
+                    hidden=set(shell.user_ns_hidden),
+                    amp=args.amp,
+                    rank0=args.rank0,
+                    **options,
+                )
+        result.raise_for_status()  # outside usage_errors: the rank's traceback is the message
+        if cell is None:
+            return None
+        value = result.values[0] if args.rank0 else result.values
+        if args.output is not None:
+            shell.user_ns[args.output] = value
+            return None
+        if not _ends_with_expression(cell) or all(v is None for v in result.values):
+            return None  # like a cell ending in a call that returns None: nothing to show
+        return value
+
+    @magic_arguments()
+    @argument("--pool", default=None, help="only this pool's jobs")
+    @argument("--limit", default="50", help="how many, newest first")
+    @line_magic
+    def gpugeek_jobs(self, line: str) -> Any:
+        """The job records of the registry, newest first, from every kernel.
+
+        Example::
+
+            In [1]: %gpugeek_jobs --pool dev --limit 5
+            Out[1]: (table) id, pool, kind, status, ranks, restarts, started, duration_s, exit codes, failure, sha256
+        """
+        from ..store import get_registry
+
+        args = parse_options(self.gpugeek_jobs, line, "--pool dev --limit 20")
+        with usage_errors():
+            limit = _number(args.limit, "--limit", "20", integer=True)
+            registry = get_registry()
+            pool_id = registry.latest_pool(args.pool).id if args.pool else None
+            return job_table(registry.list_jobs(pool_id=pool_id, limit=limit))
+
+    def _pool(self, name: str | None) -> Any:
+        from ..pools import get_pool_manager
+
+        manager = get_pool_manager()
+        if name:
+            return manager.get(name)
+        if manager.current is None:
+            raise SpecError(
+                "no pool to run on: launch one (e.g. %gpugeek_launch --gpu-type cpu --count 2 --name dev) "
+                "or name one with --pool dev",
+                field="pool",
+            )
+        return manager.current
+
+
+def _ends_with_expression(cell: str) -> bool:
+    import ast
+
+    try:
+        body = ast.parse(cell).body
+    except SyntaxError:
+        return False
+    return bool(body) and isinstance(body[-1], ast.Expr)
+
+
+def _notice(message: str) -> None:
+    print(f"[gpugeek] {message}", file=sys.stderr, flush=True)

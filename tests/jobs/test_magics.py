@@ -1,0 +1,91 @@
+"""``%%gpugeek_run``, ``%gpugeek_run --script`` and ``%gpugeek_jobs`` in a real IPython shell."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def shell(pool: Any) -> Iterator[Any]:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ipython = InteractiveShell.instance()
+    ipython.run_cell("%load_ext gpugeek_jupyter", store_history=False)
+    ipython.run_cell("import torch", store_history=False)
+    yield ipython
+    ipython.run_cell("%unload_ext gpugeek_jupyter", store_history=False)
+
+
+def run(shell: Any, source: str) -> Any:
+    return shell.run_cell(source, store_history=False)
+
+
+def test_cell_magic_stores_one_value_per_rank_with_o(shell: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    run(shell, "def loss_of(r):\n    return 0.5 / (r + 1)")
+    result = run(shell, "%%gpugeek_run -o losses\nlosses = [loss_of(rank)]\nprint('loss', losses[-1])\nlosses[-1]")
+    assert result.success and shell.user_ns["losses"] == [0.5, 0.25]
+    out = capsys.readouterr().out
+    assert "[rank 0] loss 0.5\n" in out and "[rank 1] loss 0.25\n" in out
+
+
+def test_cell_value_is_shown_and_rank0_gives_one_value(shell: Any) -> None:
+    assert run(shell, "%%gpugeek_run\nrank * 2").result == [0, 2]
+    assert run(shell, "%%gpugeek_run --rank0 -o first\nrank + 7").success and shell.user_ns["first"] == 7
+    assert run(shell, "%%gpugeek_run\nx = rank").result is None
+
+
+def test_failing_rank_raises_with_its_traceback(shell: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpugeek_jupyter.jobs.result import JobFailed
+
+    result = run(shell, "%%gpugeek_run\nif rank == 1:\n    1 / 0\ndist.barrier()")
+    assert isinstance(result.error_in_exec, JobFailed)
+    shown = capsys.readouterr()
+    assert "[rank 1]     1 / 0\n" in shown.out + shown.err
+    assert "ZeroDivisionError: division by zero" in shown.out + shown.err
+    assert run(shell, "%%gpugeek_run\nrank").result == [0, 1]
+
+
+def test_line_magic_runs_a_script_with_its_arguments(shell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("import os, sys\nprint(os.environ['RANK'], sys.argv[1:])\n")
+    assert run(shell, "%gpugeek_run --script train.py -- --lr 3e-5").success
+    out = capsys.readouterr().out
+    assert "[rank 0] 0 ['--lr', '3e-5']\n" in out and "[rank 1] 1 ['--lr', '3e-5']\n" in out
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("%gpugeek_run", "as a line magic runs a script"),
+        ("%%gpugeek_run --timeout soon\nrank", "--timeout must be a number, got 'soon' (e.g. --timeout 600)"),
+        ("%%gpugeek_run --max-restarts -1\nrank", "--max-restarts must be a whole number >= 0"),
+        ("%%gpugeek_run --amp fp8\nrank", "--amp must be bf16 or fp16, got 'fp8'"),
+        ("%%gpugeek_run --pool nowhere\nrank", "no running pool named 'nowhere'"),
+        ("%%gpugeek_run -o 2x\nrank", "-o needs a variable name, got '2x'"),
+        ("%%gpugeek_run --script a.py\nrank", "--script is for the line magic"),
+        ("import threading\nlock = threading.Lock()\n", None),
+        ("%%gpugeek_run\nwith lock:\n    pass", "cannot send 'lock' (a lock) to the workers"),
+    ],
+)
+def test_mistakes_are_one_line_usage_errors(shell: Any, line: str, message: str | None,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    result = run(shell, line)
+    if message is None:
+        return
+    assert not result.success
+    error = capsys.readouterr().err
+    assert error.startswith("UsageError: ") and message in error and "Traceback" not in error
+
+
+def test_jobs_magic_lists_the_registry(shell: Any) -> None:
+    run(shell, "%%gpugeek_run\nrank")
+    run(shell, "%%gpugeek_run\nraise ValueError('nope')")
+    table = run(shell, "%gpugeek_jobs --pool jobs --limit 5").result
+    assert list(table["status"])[:2] == ["failed", "succeeded"]
+    assert "ValueError: nope" in table["failure"].iloc[0]
+    assert set(table["pool"]) == {"jobs"}

@@ -1,0 +1,102 @@
+"""Scripts run through ``job.run`` / ``%gpugeek_run --script`` exactly as under torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+REPO = HERE.parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _read_ranks(directory: Path) -> list[dict[str, Any]]:
+    return [json.loads((directory / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def test_script_sees_the_same_environment_argv_and_cwd_as_under_torchrun(pool: Any, in_tmp: Path) -> None:
+    from gpugeek_jupyter import ClusterClient
+
+    shutil.copy(HERE / "torchrun_env_script.py", in_tmp / "envscript.py")
+    (in_tmp / "out").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",) and not k.startswith("TORCHELASTIC")}
+    env["PYTHONPATH"] = str(REPO)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    subprocess.run(
+        [str(torchrun), "--nproc_per_node=2", f"--master-port={_free_port()}", "envscript.py",
+         "--out", "out", "--lr", "3e-05", "--batch_size", "256"],
+        cwd=in_tmp, env=env, check=True, capture_output=True, timeout=120,
+    )
+    under_torchrun = _read_ranks(in_tmp / "out")
+    shutil.rmtree(in_tmp / "out")
+    (in_tmp / "out").mkdir()
+
+    job = ClusterClient().job_on("jobs")
+    result = job.run(script_path="envscript.py", args=["--out", "out"], hyperparams={"lr": 3e-5, "batch_size": 256})
+    assert result.ok, result.report()
+    under_job = _read_ranks(in_tmp / "out")
+
+    varying = ("MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE")
+    for rank, (theirs, ours) in enumerate(zip(under_torchrun, under_job, strict=True)):
+        for seen in (theirs, ours):
+            assert int(seen["env"]["MASTER_PORT"]) > 0
+            assert seen["env"]["TORCHELASTIC_ERROR_FILE"].endswith(f"attempt_0/{rank}/error.json")
+        assert ours["env"]["TORCHELASTIC_RUN_ID"] == result.job_id
+        assert {k: v for k, v in ours["env"].items() if k not in varying} == {
+            k: v for k, v in theirs["env"].items() if k not in varying
+        }
+        assert {k: v for k, v in ours.items() if k != "env"} == {k: v for k, v in theirs.items() if k != "env"}
+    assert under_job[1]["env"]["RANK"] == "1" and under_job[1]["env"]["LOCAL_RANK"] == "1"
+
+
+def test_script_exit_status_decides_success(pool: Any, in_tmp: Path) -> None:
+    from gpugeek_jupyter.jobs import run_script
+
+    (in_tmp / "ok.py").write_text("import sys\nsys.exit(0)\n")
+    (in_tmp / "three.py").write_text("import os, sys\nif os.environ['RANK'] == '1':\n    sys.exit(3)\n")
+    (in_tmp / "boom.py").write_text("raise RuntimeError('no data')\n")
+
+    assert run_script(pool, "ok.py").returncodes == [0, 0]
+    three = run_script(pool, "three.py")
+    assert not three.ok and three.returncodes == [0, 3] and three.failed_rank == 1
+    boom = run_script(pool, "boom.py")
+    assert not boom.ok and boom.returncodes == [1, 1]
+    assert "RuntimeError: no data" in boom.traceback and "boom.py" in boom.traceback
+
+
+def test_script_builds_its_own_process_group_and_cells_still_work_after(pool: Any, in_tmp: Path) -> None:
+    from gpugeek_jupyter.jobs import run_cell, run_script
+
+    (in_tmp / "allreduce.py").write_text(
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.ones(1)\n"
+        "dist.all_reduce(t)\n"
+        "assert t.item() == 2.0, t\n"
+        "dist.destroy_process_group()\n"
+    )
+    assert run_script(pool, "allreduce.py").ok
+    assert run_script(pool, "allreduce.py").ok
+    after = run_cell(pool, "t = torch.ones(1)\ndist.all_reduce(t)\nt.item()", {"torch": __import__("torch")})
+    assert after.values == [2.0, 2.0], after.report()
+
+
+def test_a_missing_script_is_a_clear_error(pool: Any, in_tmp: Path) -> None:
+    from gpugeek_jupyter.errors import SpecError
+    from gpugeek_jupyter.jobs import run_script
+
+    with pytest.raises(SpecError, match="cannot read script 'nope.py'"):
+        run_script(pool, "nope.py")
