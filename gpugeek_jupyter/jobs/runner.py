@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpugeekError, JobFailedError
-from ..store import JobStatus, get_registry
+from ..store import JobStatus
 from . import rank as rank_side
 from .layout import Layout, cuda_visible_devices, plan_layout, workers_from_scheduler_info
 from .payload import CellCode, RankJob, RankOutcome, ScriptCode
@@ -145,7 +145,7 @@ class PoolRunner:
         job_id = new_job_id()
         started = time.monotonic()
         deadline = started + request.timeout if request.timeout else None
-        registry = get_registry()
+        registry = self.pool.registry  # the registry that holds this pool's row
         events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._queues[job_id] = events
         outputs: dict[int, list[str]] = {}

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..cost.rates import hourly_rate
 from ..spec import PoolSpec
-from ..store import PoolRecord, PoolStatus
+from ..store import PoolRecord, PoolStatus, Registry
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -46,6 +46,11 @@ class Pool:
     @property
     def id(self) -> int:
         return self._record.id
+
+    @property
+    def registry(self) -> Registry:
+        """The registry this pool is recorded in (its jobs and cost rows go there too)."""
+        return self._manager.registry
 
     @property
     def record(self) -> PoolRecord:
