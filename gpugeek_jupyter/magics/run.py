@@ -62,6 +62,7 @@ class JobMagics(Magics):
     @argument("-o", "--output", dest="output", default=None, help="store the cell's last expression, a list by rank, in this variable")
     @argument("--rank0", action="store_true", help="give back rank 0's value only")
     @argument("--no-stream", action="store_true", help="show the ranks' output when the job ends, not live")
+    @argument("--monitor", action="store_true", help="show the live utilization panel of the pool under the cell")
     @argument("--script", default=None, help="line magic: run this torchrun-ready script instead of a cell")
     @argument("script_args", nargs="*", help="after --: the script's arguments")
     @line_cell_magic
@@ -117,6 +118,10 @@ class JobMagics(Magics):
             max_restarts = _number(args.max_restarts, "--max-restarts", "2", integer=True)
             if args.output is not None and not args.output.isidentifier():
                 raise SpecError(f"-o needs a variable name, got '{args.output}' (e.g. -o losses)", field="output")
+            if args.monitor:
+                from ..widgets.monitor import show_monitor
+
+                show_monitor(pool)  # keeps updating from its own thread while the job runs
             options = {
                 "timeout": timeout,
                 "max_restarts": max_restarts,

@@ -91,6 +91,20 @@ def test_the_panel_streams_while_a_long_cell_is_still_running(kernel: KernelSess
     assert len(streamed) >= 5, f"{len(comms)} comm messages, {len(patches)} patches, {len(streamed)} streams"
 
 
+def test_the_panel_under_a_running_gpugeek_run_cell_grows_while_the_job_runs(kernel: KernelSession) -> None:
+    stdout, comms, error = _run_recording_comm_traffic(
+        kernel,
+        "%%gpugeek_run --monitor --rank0 -o grew\n"
+        "import time\n"
+        "time.sleep(3)\n"
+        "rank\n",
+    )
+    assert not error, error
+    patches = [c for c in comms if "ColumnsStreamed" in str(c.get("data", {}).get("content", {}).get("payload", ""))]
+    assert len(patches) >= 3, f"{len(comms)} comm messages, {len(patches)} streamed patches while the job ran"
+    assert kernel.run("print(grew)").stdout.strip() == "0"
+
+
 def test_table_mode_shows_the_latest_numbers_and_the_no_gpu_reason(kernel: KernelSession) -> None:
     from gpugeek_jupyter.nvml import discover_gpus
 
