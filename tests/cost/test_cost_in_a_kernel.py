@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -90,11 +91,12 @@ def test_the_notebook_hears_about_the_budget_once_and_the_magic_reports_it(isola
         assert launched.stderr.count("gpugeek: pool 'costly' has spent") == 1, launched.stderr
         assert launched.stderr.count("gpugeek: pool 'costly' spent its budget") == 1, launched.stderr
 
-        report = session.run("%gpugeek_cost costly --csv report.csv -o frame\nprint(round(frame.total_usd[0], 2))")
+        csv_path = Path(tempfile.mkdtemp()) / "report.csv"  # never the working directory (the repository)
+        report = session.run(f"%gpugeek_cost costly --csv {csv_path} -o frame\nprint(round(frame.total_usd[0], 2))")
         assert report.error is None, report.text
         assert "costly" in report.text
         assert "pool costly: USD " in report.stdout and "went to idle GPUs" in report.stdout
-        assert "wrote 1 rows to report.csv" in report.stdout
+        assert f"wrote 1 rows to {csv_path}" in report.stdout and csv_path.exists()
         assert float(report.stdout.strip().splitlines()[-1]) >= 1.0
 
         owned = session.run("%gpugeek_cost --compare-owned --gpu-type H100-80GB --hours-per-month 200")
