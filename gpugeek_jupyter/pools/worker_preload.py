@@ -15,6 +15,20 @@ import threading
 log = logging.getLogger(__name__)
 
 
+_warmup: threading.Thread | None = None
+
+
+def wait_for_torch(timeout: float | None = None) -> None:
+    """Return once the warm-up import of torch has finished (at once when there is none).
+
+    Code that imports torch on another thread must call it first: two threads importing torch at
+    the same time can crash its C++ initialisation ("terminate called after throwing 'python_error'").
+    """
+    warmup = _warmup
+    if warmup is not None and warmup is not threading.current_thread():
+        warmup.join(timeout)
+
+
 def _import_torch() -> None:
     try:
         import torch  # noqa: F401
@@ -37,4 +51,6 @@ def dask_setup(worker) -> None:  # type: ignore[no-untyped-def]
     _ignore_notebook_interrupts()
     if os.environ.get("GPUGEEK_PRELOAD_TORCH", "1").lower() in ("0", "false", "no"):
         return
-    threading.Thread(target=_import_torch, name="gpugeek-torch-warmup", daemon=True).start()
+    global _warmup
+    _warmup = threading.Thread(target=_import_torch, name="gpugeek-torch-warmup", daemon=True)
+    _warmup.start()

@@ -29,8 +29,11 @@ def kernel(tmp_path: Path) -> Iterator[Any]:
 
 
 def execute(client: Any, code: str, timeout: float = 120.0, until: str | None = None) -> tuple[str, dict[str, Any], str]:
-    """Run ``code``; returns (msg_id, reply, text shown). With ``until``, returns as soon as that text is shown."""
-    msg_id = client.execute(code)
+    """Run ``code``; returns (msg_id, reply, text shown). With ``until``, returns as soon as that text is shown.
+
+    ``stop_on_error=False``: a cell that fails must not make the kernel drop the next one.
+    """
+    msg_id = client.execute(code, stop_on_error=False)
     shown = ""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
