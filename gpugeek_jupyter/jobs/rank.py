@@ -87,7 +87,6 @@ class _Runtime:
         self.thread: threading.Thread | None = None
         self.work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self.parent_env = dict(os.environ)  # the worker's environment before any job touched it
-        self.torch_ready = False  # the pool's warm-up import of torch is over
         self.lock = threading.Lock()
 
     def busy(self) -> bool:
@@ -103,16 +102,6 @@ def _running(active: _ActiveJob | None, launch: str | None = None) -> bool:
 _runtime = _Runtime()
 
 
-def _torch_ready() -> None:
-    """Wait for the pool's warm-up import of torch, if one is running: importing torch from two
-    threads at once can crash a fresh worker (see ``pools.worker_preload``)."""
-    if not _runtime.torch_ready:
-        preload = sys.modules.get("gpugeek_jupyter.pools.worker_preload")
-        if preload is not None:
-            preload.wait_for_torch()
-        _runtime.torch_ready = True
-
-
 # -- entry points for client.run --------------------------------------------------------------------
 def prepare_generation(generation: str, slots: dict[str, RankSlot], dask_worker: Any = None) -> dict[str, Any]:
     """Forget the old process group and take this worker's slot; rank 0's worker also starts a fresh
@@ -124,7 +113,6 @@ def prepare_generation(generation: str, slots: dict[str, RankSlot], dask_worker:
     facts: dict[str, Any] = {"pid": os.getpid(), "busy": _runtime.busy(), "port": None, "own_gpu": _own_gpu()}
     if facts["busy"]:
         return facts
-    _torch_ready()
     _drop_group()
     slot = slots[dask_worker.address]
     _runtime.generation, _runtime.slot, _runtime.store = generation, slot, None

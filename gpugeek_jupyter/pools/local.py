@@ -45,6 +45,27 @@ def worker_environment() -> Iterator[None]:
         yield
 
 
+def keeping_lost_workers(cluster_class: type) -> type:
+    """``cluster_class`` (a dask ``SpecCluster``) that leaves a lost worker to its nanny.
+
+    A ``SpecCluster`` closes the nanny of a worker still absent ``lost-worker-timeout`` (15 s) after
+    it was removed from the scheduler, meant for workers whose nanny died. Here nannies live in this
+    process and restart a dead worker themselves; closing one while it restarts (a second death
+    within 15 s) would lose the worker for good.
+    """
+    from distributed.deploy.cluster import Cluster
+
+    class PoolCluster(cluster_class):  # type: ignore[valid-type, misc]
+        def _update_worker_status(self, op: str, msg: Any) -> None:
+            if op == "remove":
+                Cluster._update_worker_status(self, op, msg)  # the bookkeeping, without SpecCluster's hard close
+                return
+            super()._update_worker_status(op, msg)
+
+    PoolCluster.__name__ = PoolCluster.__qualname__ = cluster_class.__name__
+    return PoolCluster
+
+
 class LocalBackend:
     name = "local"
 
@@ -86,7 +107,7 @@ class LocalBackend:
         config = get_config()
         with worker_environment():
             try:
-                cluster = LocalCluster(
+                cluster = keeping_lost_workers(LocalCluster)(
                     name=spec.name,
                     n_workers=0,
                     threads_per_worker=1,
@@ -125,7 +146,7 @@ class LocalBackend:
         config = get_config()
         with worker_environment():
             try:
-                cluster = LocalCUDACluster(
+                cluster = keeping_lost_workers(LocalCUDACluster)(
                     name=spec.name,
                     CUDA_VISIBLE_DEVICES=devices,
                     n_workers=spec.count,

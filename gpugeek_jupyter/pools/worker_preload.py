@@ -1,8 +1,9 @@
-"""Dask worker preload for pool workers: warm up imports off the critical path.
+"""Dask worker preload for pool workers: torch imported before the worker registers.
 
-Importing torch takes ~1.4 s; doing it in a background thread as the worker starts means the first
-job on a fresh pool finds it imported (or half imported: the import lock makes the job wait only
-for the rest). Disabled with GPUGEEK_PRELOAD_TORCH=0.
+Importing torch takes ~1.4 s; done here, the first job on a fresh pool finds it imported. Not on a
+background thread: two threads importing torch at once can crash its C++ initialisation
+("terminate called after throwing an instance of 'python_error'"), and anything may import torch
+as soon as the worker has registered (a job, a task). Disabled with GPUGEEK_PRELOAD_TORCH=0.
 """
 
 from __future__ import annotations
@@ -13,20 +14,6 @@ import signal
 import threading
 
 log = logging.getLogger(__name__)
-
-
-_warmup: threading.Thread | None = None
-
-
-def wait_for_torch(timeout: float | None = None) -> None:
-    """Return once the warm-up import of torch has finished (at once when there is none).
-
-    Code that imports torch on another thread must call it first: two threads importing torch at
-    the same time can crash its C++ initialisation ("terminate called after throwing 'python_error'").
-    """
-    warmup = _warmup
-    if warmup is not None and warmup is not threading.current_thread():
-        warmup.join(timeout)
 
 
 def _import_torch() -> None:
@@ -51,6 +38,4 @@ def dask_setup(worker) -> None:  # type: ignore[no-untyped-def]
     _ignore_notebook_interrupts()
     if os.environ.get("GPUGEEK_PRELOAD_TORCH", "1").lower() in ("0", "false", "no"):
         return
-    global _warmup
-    _warmup = threading.Thread(target=_import_torch, name="gpugeek-torch-warmup", daemon=True)
-    _warmup.start()
+    _import_torch()

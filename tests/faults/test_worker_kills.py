@@ -57,11 +57,6 @@ def _kill_rank_mid_all_reduce(pool: Any, rank: int) -> Any:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug: after a worker is killed mid-collective, the very next cell occasionally fails with "
-    "'did not become ready for a job' (the one after succeeds)",
-)
 def test_sigkill_of_a_worker_mid_all_reduce_fails_the_job_cleanly_every_time(pool: Any, scenario) -> None:  # type: ignore[no-untyped-def]
     """SIGKILL a worker in the middle of an all_reduce, 20 times"""
     import torch

@@ -154,13 +154,12 @@ def test_rank_failure_ends_every_rank_and_pool_stays_usable(pool: Any) -> None:
     assert "rank 1 (host 127.0.0.1): ValueError: rank one is broken" in result.failure
     assert result.traceback.startswith("Traceback (most recent call last):\n  File \"<gpugeek_run cell>\", line 3")
     assert "raise ValueError('rank one is broken')" in result.traceback and "rank.py" not in result.traceback
-    assert result.ranks[0].status == "failed" and result.ranks[0].peer_failure  # it was stuck in all_reduce
+    stopped = result.ranks[0]  # cancelled before its all_reduce, or broken out of it when rank 1 left
+    assert stopped.status == "cancelled" or (stopped.status == "failed" and stopped.peer_failure), stopped
     assert run_cell(pool, "t = torch.ones(1)\ndist.all_reduce(t)\nt.item()", {"torch": torch}).values == [2.0, 2.0]
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=False, reason="known bug: after a worker is killed mid-job the next job on the pool "
-                   "occasionally fails with 'did not become ready for a job' (see tests/faults/test_worker_kills.py)")
 def test_killed_worker_is_reported_by_rank_and_host_and_pool_heals(pool: Any) -> None:
     looping = threading.Event()
     before = worker_pids(pool)
@@ -244,9 +243,7 @@ def test_interrupt_stops_every_rank_and_next_cell_runs(pool: Any) -> None:
     assert run_cell(pool, "dist.barrier()\nrank", {}).values == [0, 1]
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=False, reason="known bug: after a worker is killed mid-job the next job on the pool "
-                   "occasionally fails with 'did not become ready for a job' (see tests/faults/test_worker_kills.py)")
+@pytest.mark.timeout(180)
 def test_lost_worker_restarts_the_job_with_restart_count(pool: Any) -> None:
     cell = (
         "import os, signal\n"
@@ -263,9 +260,7 @@ def test_lost_worker_restarts_the_job_with_restart_count(pool: Any) -> None:
     assert get_registry().job(result.job_id).restarts == 1
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=False, reason="known bug: after a worker is killed mid-job the next job on the pool "
-                   "occasionally fails with 'did not become ready for a job' (see tests/faults/test_worker_kills.py)")
+@pytest.mark.timeout(180)
 def test_checkpoint_resumes_a_restarted_job_where_it_stopped(pool: Any, tmp_path: Path) -> None:
     cell = (
         "import os, signal\n"
