@@ -6,8 +6,8 @@
 1. :class:`~gpugeek_jupyter.cost.usage.UtilizationRecorder` writes a utilization sample;
 2. :class:`BudgetGuard`: at 80 % of ``--budget`` it records a ``budget-warning`` event and posts
    one notice (``manager.notices``); at 100 % it records ``budget-stop`` and stops the pool. The
-   stop runs ``manager.before_stop_hooks`` first (the jobs module checkpoints and ends its job
-   there); jobs still running are then recorded as cancelled, with the reason. Spend can pass the
+   stop runs ``manager.before_stop_hooks`` first (the jobs module ends the running job there, even
+   one that ignores signals, and records it as cancelled with the reason). Spend can pass the
    budget by at most one heartbeat's worth (``GpugeekConfig.heartbeat_seconds`` x USD per hour);
 3. :class:`IdleGuard`: a pool with no job pending or running whose utilization stayed under 5 %
    for ``--idle-timeout`` minutes (default ``GpugeekConfig.idle_timeout_minutes``; 0 = never)
@@ -45,7 +45,7 @@ def stop_for(manager: PoolManager, pool: Pool, kind: str, message: str) -> None:
     for job in running:
         registry.update_job(job.id, failure_reason=message)
     registry.add_event(pool.id, kind, message)
-    manager.stop(pool.name, reason=message)  # before_stop_hooks (checkpoint) run before workers go
+    manager.stop(pool.name, reason=message)  # before_stop_hooks (the running job ends) run before workers go
     for job in running:
         ended = registry.job(job.id)
         if ended.status is JobStatus.FAILED and ended.failure_reason == message:  # ended by the stop itself

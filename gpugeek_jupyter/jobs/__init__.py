@@ -12,6 +12,7 @@ Importing this package imports neither torch nor dask.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,17 @@ if TYPE_CHECKING:
     from .result import JobResult
     from .runner import NoticeCallback, OutputCallback
 
-__all__ = ["run_cell", "run_script"]
+__all__ = ["end_jobs_before_stop", "run_cell", "run_script"]
+
+
+def end_jobs_before_stop(manager: Any, pool: Pool, reason: str) -> None:
+    """``PoolManager.before_stop_hooks`` hook: end ``pool``'s running job, recorded with ``reason``.
+
+    Cheap when this process never ran a job (the runner module is not even imported then).
+    """
+    runner = sys.modules.get(f"{__name__}.runner")
+    if runner is not None:
+        runner.end_jobs_before_stop(manager, pool, reason)
 
 
 def run_cell(

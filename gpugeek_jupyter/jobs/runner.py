@@ -44,6 +44,7 @@ NoticeCallback = Callable[[str], None]
 
 DIRECT_CONNECT_S = 5.0  # a worker not reachable within this is called through the scheduler
 LAYOUT_FRESH_S = 2.0  # the worker list is re-read when older than this, or after a failure
+STOP_JOB_WAIT_S = 15.0  # a stopping pool waits this long for its running job to end
 DEAD_FORGET_S = 15.0  # an ended worker still listed this long after is taken as alive after all
 
 
@@ -140,6 +141,20 @@ class PoolRunner:
         with self._lock:
             return self._run(request, on_output or (lambda rank, stream, text: None), on_notice or log.info)
 
+    def end_job_before_stop(self, reason: str, timeout: float) -> bool:
+        """Stop the running job, if any, because the pool is stopping; True once no job runs.
+
+        The job's ranks are cancelled, then their workers ended when they do not stop (as for an
+        interrupt), so even code that swallows exceptions and ignores signals ends; the job is
+        recorded as cancelled with ``reason``.
+        """
+        for events in list(self._queues.values()):
+            events.put(("pool-stopping", reason))
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        self._lock.release()
+        return True
+
     # -- one job -------------------------------------------------------------------------------
     def _run(self, request: JobRequest, on_output: OutputCallback, on_notice: NoticeCallback) -> JobResult:
         job_id = new_job_id()
@@ -170,7 +185,7 @@ class PoolRunner:
                 if attempt.retry and retries < 2:
                     retries += 1
                     continue
-                restartable = not (attempt.ok or attempt.timed_out or attempt.interrupted)
+                restartable = not (attempt.ok or attempt.timed_out or attempt.interrupted or attempt.stopped_by)
                 if not restartable or attempt_no >= request.max_restarts:
                     break
                 attempt_no += 1
@@ -466,6 +481,16 @@ class PoolRunner:
 # -- one runner per pool ---------------------------------------------------------------------------
 _runners: dict[int, PoolRunner] = {}
 _runners_lock = threading.Lock()
+
+
+def end_jobs_before_stop(manager: Any, pool: Pool, reason: str) -> None:
+    """A ``PoolManager.before_stop_hooks`` hook: the pool's running job ends, recorded with ``reason``,
+    before its workers go (else it would fail as if its workers had died)."""
+    with _runners_lock:
+        runner = _runners.get(pool.id)
+    if runner is not None and not runner.end_job_before_stop(reason, timeout=STOP_JOB_WAIT_S):
+        log.warning("pool %s: its job did not end within %.0f s of the stop; stopping the pool anyway",
+                    pool.name, STOP_JOB_WAIT_S)
 
 
 def runner_for(pool: Pool) -> PoolRunner:

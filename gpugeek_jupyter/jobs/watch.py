@@ -53,6 +53,7 @@ class Attempt:
     traceback: str | None = None
     timed_out: bool = False
     interrupted: bool = False
+    stopped_by: str | None = None  # the pool was stopped under the job (budget, idle, the user): why
     retry: bool = False  # nothing of the user's failed (stale group, busy or vanished worker): run it again
 
     @property
@@ -93,7 +94,7 @@ class AttemptWatch:
         self.ended: list[int] = []  # ranks that reported a failure, in order
         self.received: dict[int, int] = {}  # output events seen per rank
         self.output_chars: dict[int, int] = {}
-        self.stopping: str | None = None  # failed | timeout | interrupted
+        self.stopping: str | None = None  # failed | timeout | interrupted | pool-stopped
         self.stop_message: str | None = None
         self.cancel_at: float | None = None
         self.next_kill_check: float | None = None  # when to look for ranks that ignored the cancel
@@ -136,6 +137,8 @@ class AttemptWatch:
             self._rank_failed(int(payload["rank"]))
         elif kind == "done":
             self._answered(*payload)
+        elif kind == "pool-stopping":
+            self.pool_stopping(str(payload))
         elif kind == "removed" and payload in self.pending and payload not in self.killed:
             self.gone.add(payload)  # its answer (an error) follows; the others stop now
             self._stop("failed", None)
@@ -155,6 +158,12 @@ class AttemptWatch:
             return
         self.stopping, self.stop_message = "interrupted", "interrupted from the notebook"
         self._cancel()
+
+    def pool_stopping(self, reason: str) -> None:
+        """The pool is about to stop (budget, idle timeout, a stop from elsewhere): end the job first."""
+        if self.stopping != "pool-stopped":
+            self.stopping, self.stop_message = "pool-stopped", reason
+            self._cancel()
 
     # -- events --------------------------------------------------------------------------------
     def _output(self, message: dict[str, Any]) -> None:
@@ -261,7 +270,11 @@ class AttemptWatch:
                        or (isinstance(a, RankOutcome) and a.status in ("busy", "stale"))]
         own_failures = [a for a in answers if not isinstance(a, WorkerGone) and not (
             isinstance(a, RankOutcome) and (a.status in ("ok", "busy", "stale", "cancelled") or a.peer_failure))]
-        attempt.retry = bool(not_started) and not own_failures and self.stopping not in ("interrupted", "timeout")
+        attempt.retry = bool(not_started) and not own_failures and self.stopping in (None, "failed")
+        if self.stopping == "pool-stopped":
+            attempt.status, attempt.stopped_by = JobStatus.CANCELLED, self.stop_message
+            attempt.failure = f"job {self.job_id} was stopped with its pool: {self.stop_message} ({_summary(reports)})"
+            return attempt
         if self.stopping == "interrupted":
             attempt.status, attempt.interrupted = JobStatus.CANCELLED, True
             attempt.failure = f"job {self.job_id} was interrupted; every rank stopped ({_summary(reports)})"

@@ -334,11 +334,13 @@ _manager_lock = threading.Lock()
 def create_pool_manager(registry: Registry | None = None, owner: str | None = None) -> PoolManager:
     """A pool manager with the standard hooks, the same in a kernel, a script and the server."""
     from ..cost.guards import install_cost_hooks
+    from ..jobs import end_jobs_before_stop
     from .kubernetes import record_disruptions
 
     manager = PoolManager(registry=registry, owner=owner)
     install_cost_hooks(manager)  # utilization samples, budget and idle-shutdown watchers
     manager.heartbeat_hooks.append(record_disruptions)  # preempted pods of kubernetes pools (no-op otherwise)
+    manager.before_stop_hooks.append(end_jobs_before_stop)  # a running job ends, with the reason, first
     return manager
 
 
