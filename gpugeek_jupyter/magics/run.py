@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keyword
 import sys
 from typing import Any
 
@@ -116,7 +117,7 @@ class JobMagics(Magics):
             pool = self._pool(args.pool)
             timeout = _number(args.timeout, "--timeout", "600")
             max_restarts = _number(args.max_restarts, "--max-restarts", "2", integer=True)
-            if args.output is not None and not args.output.isidentifier():
+            if args.output is not None and (not args.output.isidentifier() or keyword.iskeyword(args.output)):
                 raise SpecError(f"-o needs a variable name, got '{args.output}' (e.g. -o losses)", field="output")
             if args.monitor:
                 from ..widgets.monitor import show_monitor

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .lab_server import LabServer, start_lab
+from support.lab_server import LabServer, start_lab
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

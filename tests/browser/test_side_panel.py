@@ -23,7 +23,7 @@ import pytest
 from gpugeek_jupyter.store import PoolStatus, Registry
 from support.kernel import KernelSession
 
-from .lab_server import LabServer, start_lab
+from support.lab_server import LabServer, start_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -82,3 +82,73 @@ def test_generated_bad_launch_lines_give_only_usage_errors(shell, scenario, line
     scenario.record(survived=ok and not created)
     assert ok, f"{line!r} did not give a one-line UsageError"
     assert created == [], f"{line!r} created a pool"
+
+
+RUN_GOOD_VALUES = {
+    "--timeout": st.integers(1, 3600).map(str),
+    "--max-restarts": st.integers(0, 5).map(str),
+    "--amp": st.sampled_from(["bf16", "fp16"]),
+    "-o": st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),
+    "--rank0": st.just(None),
+    "--no-stream": st.just(None),
+}
+RUN_BAD_VALUES = {
+    "--pool": st.one_of(st.sampled_from(["ghost", "My Pool", "-", "fuzz2"]), st.from_regex(r"nope-[a-z]{1,6}", fullmatch=True)),
+    "--timeout": st.one_of(st.integers(-100, 0).map(str), st.sampled_from(["soon", "nan", "1h", "", "10s", "-inf"])),
+    "--max-restarts": st.one_of(st.integers(-9, -1).map(str), st.sampled_from(["1.5", "many", "", "2x", "nan"])),
+    "--amp": st.sampled_from(["fp8", "bf32", "float16", "", "yes", "BF-16"]),
+    "-o": st.one_of(st.sampled_from(["1x", "a-b", "my var", "", "x.y", "for"]), st.from_regex(r"[0-9][a-z]{0,4}", fullmatch=True)),
+    "--script": st.sampled_from(["train.py", "missing.py"]),  # only for the line magic, never with a cell
+    "--unknown-flag": st.sampled_from(["1", "x"]),
+    "--nproc_per_node": st.sampled_from(["2", "8"]),
+    "positional": st.sampled_from(["extra", "a b", "-- x"]),
+}
+
+
+@st.composite
+def bad_run_lines(draw: st.DrawFn) -> str:
+    bad_option = draw(st.sampled_from(sorted(RUN_BAD_VALUES)))
+    others = draw(st.lists(st.sampled_from(sorted(set(RUN_GOOD_VALUES) - {bad_option})), unique=True, max_size=4))
+    options = {name: draw(RUN_GOOD_VALUES[name]) for name in others}
+    options[bad_option] = draw(RUN_BAD_VALUES[bad_option])
+    parts = []
+    for name in draw(st.permutations(list(options))):
+        value = options[name]
+        if name == "positional":
+            parts.append(str(value))
+        elif value is None:
+            parts.append(name)
+        else:
+            parts.append(f"{name} {shlex.quote(value)}")
+    return " ".join(parts)
+
+
+@pytest.fixture
+def shell_with_pool(shell):  # type: ignore[no-untyped-def]
+    """The shell with a real current pool, so that option values, not a missing pool, are what fails."""
+    shell.run_line_magic("gpugeek_launch", "--gpu-type cpu --count 2 --name fuzz")
+    yield shell
+    shell.run_line_magic("gpugeek_stop", "fuzz")
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=bad_run_lines())
+def test_generated_bad_run_lines_give_only_usage_errors_and_run_nothing(shell_with_pool, scenario, line: str) -> None:  # type: ignore[no-untyped-def]
+    """Bad input: generated %%gpugeek_run option lines"""
+    cell = "print('this cell must not run', rank)\nrank"
+    try:
+        shell_with_pool.run_cell_magic("gpugeek_run", line, cell)
+    except UsageError as e:
+        message = str(e)
+        ok = bool(message) and "\n" not in message
+    except BaseException:
+        scenario.record(survived=False)
+        raise
+    else:
+        ok = False
+    registry = get_registry()
+    jobs, pools = registry.list_jobs(), [p.name for p in registry.list_pools()]
+    scenario.record(survived=ok and not jobs and pools == ["fuzz"])
+    assert ok, f"{line!r} did not give a one-line UsageError"
+    assert jobs == [], f"{line!r} ran a job"
+    assert pools == ["fuzz"], f"{line!r} changed the pools: {pools}"

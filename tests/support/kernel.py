@@ -45,6 +45,7 @@ class KernelSession:
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)
+        self.messages: list[dict[str, Any]] = []  # every iopub message seen (comm/widget state included)
 
     @property
     def pid(self) -> int:
@@ -65,6 +66,7 @@ class KernelSession:
                 msg = self.client.get_iopub_msg(timeout=min(remaining, 1.0))
             except queue.Empty:
                 continue
+            self.messages.append(msg)
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]

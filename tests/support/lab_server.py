@@ -147,7 +147,9 @@ def write_quiet_lab_settings(settings_dir: Path) -> None:
     notification.write_text('{"fetchNews": "false", "checkForUpdates": false}\n')
 
 
-def start_lab(home: Path, registry: Path, timeout: float = START_TIMEOUT_S) -> LabServer:
+def start_lab(
+    home: Path, registry: Path, timeout: float = START_TIMEOUT_S, extra_args: tuple[str, ...] = ()
+) -> LabServer:
     """Start ``jupyter lab`` with its state under ``home`` and wait until it answers."""
     root = home / "notebooks"
     for folder in ("config", "runtime", "workspaces", "settings", "notebooks"):
@@ -166,6 +168,7 @@ def start_lab(home: Path, registry: Path, timeout: float = START_TIMEOUT_S) -> L
         f"--ServerApp.root_dir={root}",
         "--LabApp.news_url=None",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        *extra_args,
     ]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
