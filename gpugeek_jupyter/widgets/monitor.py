@@ -64,9 +64,30 @@ def show_monitor(pool: Pool | None = None, period: float | None = None, window_s
         set_period(pool, period)
     feed = feed_for(pool)
     panel = MonitorPanel(feed, pool.name, window_seconds=window_seconds)
+    load_bokehjs()
     display(panel.widget)
     panel.start()
     return panel
+
+
+_bokehjs_loaded = False
+
+
+def load_bokehjs() -> None:
+    """Put BokehJS into the page, once per kernel: jupyter_bokeh's widget draws with it but does
+    not bring it (without it JupyterLab shows "Click to show javascript error" in its place).
+
+    Inline, not from the CDN: it must work on clusters and laptops without internet access. The
+    loader stays in the first panel's output, so a reopened notebook loads it again, before the panel.
+    """
+    global _bokehjs_loaded
+    if _bokehjs_loaded:
+        return
+    from bokeh.io import output_notebook
+    from bokeh.resources import INLINE
+
+    output_notebook(resources=INLINE, hide_banner=True)
+    _bokehjs_loaded = True
 
 
 def _resolve_pool(pool: Pool | None) -> Pool:

@@ -64,7 +64,17 @@ def page(browser_context: Any) -> Iterator[Any]:
         page.close()
 
 
-def test_pool_card_cost_meter_and_utilization_panel_render_and_move(page: Any, lab: LabServer, artifacts: Path) -> None:
+@pytest.fixture
+def screenshot_on_failure(page: Any, artifacts: Path, request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    report = getattr(request.node, "rep_call", None)
+    if report is None or report.failed:
+        page.screenshot(path=str(artifacts / "failure.png"), full_page=True)
+
+
+def test_pool_card_cost_meter_and_utilization_panel_render_and_move(
+    page: Any, lab: LabServer, artifacts: Path, screenshot_on_failure: None
+) -> None:
     root = lab.home / "notebooks"
     write_notebook(root / "widgets.ipynb", CELLS + [STOP_CELL])
     page.goto(f"{lab.url}/lab/tree/widgets.ipynb?token={lab.token}")
@@ -83,15 +93,16 @@ def test_pool_card_cost_meter_and_utilization_panel_render_and_move(page: Any, l
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Above Selected Cell$")).click()
 
-    card = notebook.locator(".gpugeek-pool-card")
+    card = notebook.locator(".jupyter-widgets.gpugeek-pool-card")
     expect(card).to_be_visible(timeout=RUN_TIMEOUT_MS)
     expect(card).to_contain_text("widgets-demo", timeout=RUN_TIMEOUT_MS)
     expect(card).to_contain_text("ready", timeout=RUN_TIMEOUT_MS)
-    meter = notebook.locator(".gpugeek-cost-meter")
+    meter = notebook.locator(".jupyter-widgets.gpugeek-cost-meter")
     expect(meter).to_contain_text("USD", timeout=RUN_TIMEOUT_MS)
     first_cost = meter.inner_text()
     monitor = notebook.locator(".jp-OutputArea-output canvas").first  # bokeh draws on canvases
     expect(monitor).to_be_visible(timeout=RUN_TIMEOUT_MS)
+    expect(notebook.get_by_text("javascript error")).to_have_count(0)  # what JupyterLab shows for a broken output
     page.wait_for_timeout(4_000)  # the job keeps both workers busy; let the panel draw some seconds of it
     assert meter.inner_text() != first_cost, "the cost meter did not move"
     cells.nth(2).scroll_into_view_if_needed()
