@@ -72,6 +72,16 @@ class GpugeekConfig(Configurable):
         "Env: GPUGEEK_PRELOAD_TORCH."
     ).tag(config=True)
 
+    bokehjs = Unicode(
+        "inline", help="Where the live utilization panel's BokehJS comes from: 'inline' (put into the first "
+        "panel's output, about 4 MB; works without internet) or 'cdn' (cdn.bokeh.org; the browser needs "
+        "internet). Env: GPUGEEK_BOKEHJS."
+    ).tag(config=True)
+
+    @default("bokehjs")
+    def _default_bokehjs(self) -> str:
+        return os.environ.get("GPUGEEK_BOKEHJS", "inline")
+
     @default("default_backend")
     def _default_backend(self) -> str:
         return os.environ.get("GPUGEEK_BACKEND", "local")

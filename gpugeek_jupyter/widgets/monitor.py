@@ -77,16 +77,23 @@ def load_bokehjs() -> None:
     """Put BokehJS into the page, once per kernel: jupyter_bokeh's widget draws with it but does
     not bring it (without it JupyterLab shows "Click to show javascript error" in its place).
 
-    Inline, not from the CDN: it must work on clusters and laptops without internet access. The
-    loader stays in the first panel's output, so a reopened notebook loads it again, before the panel.
+    ``GpugeekConfig.bokehjs``: ``inline`` (default; about 4 MB in the first panel's output, works
+    without internet, as clusters often are) or ``cdn``. The loader stays in that output, so a
+    reopened notebook loads BokehJS again before the panel.
     """
     global _bokehjs_loaded
     if _bokehjs_loaded:
         return
     from bokeh.io import output_notebook
-    from bokeh.resources import INLINE
+    from bokeh.resources import CDN, INLINE
 
-    output_notebook(resources=INLINE, hide_banner=True)
+    from ..config import get_config
+    from ..errors import GpugeekError
+
+    source = get_config().bokehjs.lower()
+    if source not in ("inline", "cdn"):
+        raise GpugeekError(f"GPUGEEK_BOKEHJS must be inline or cdn, got '{get_config().bokehjs}' (e.g. GPUGEEK_BOKEHJS=cdn)")
+    output_notebook(resources=INLINE if source == "inline" else CDN, hide_banner=True)
     _bokehjs_loaded = True
 
 

@@ -70,7 +70,13 @@ def _run_recording_comm_traffic(kernel: KernelSession, code: str, timeout: float
 def test_the_panel_streams_while_a_long_cell_is_still_running(kernel: KernelSession) -> None:
     shown = kernel.run("%gpugeek_monitor")
     assert shown.error is None, shown.text
-    assert any("application/vnd.jupyter.widget-view+json" in d for d in shown.displays)
+    kinds = [next(iter(d)) if len(d) == 1 else sorted(d) for d in shown.displays]
+    # BokehJS is put into the page first (the widget draws with it), then the panel
+    loader = [i for i, d in enumerate(shown.displays) if "application/vnd.bokehjs_load.v0+json" in d]
+    panel = [i for i, d in enumerate(shown.displays) if "application/vnd.jupyter.widget-view+json" in d]
+    assert loader and panel and loader[0] < panel[0], kinds
+    again = kernel.run("%gpugeek_monitor")  # once per kernel
+    assert not any("application/vnd.bokehjs_load.v0+json" in d for d in again.displays), again.displays
 
     stdout, comms, error = _run_recording_comm_traffic(
         kernel,
@@ -114,6 +120,18 @@ def test_table_mode_shows_the_latest_numbers_and_the_no_gpu_reason(kernel: Kerne
     assert "worker_name" in text and "cpu_pct" in text and "rss_bytes" in text
     if not discover_gpus().devices:
         assert "NVML library not found" in text
+
+
+def test_an_unknown_bokehjs_source_is_a_one_line_usage_error() -> None:
+    session = KernelSession(env={"GPUGEEK_BOKEHJS": "from-the-moon", "GPUGEEK_PRELOAD_TORCH": "0"})
+    try:
+        session.run("%load_ext gpugeek_jupyter\n%gpugeek_launch --gpu-type cpu --count 1 --name bokehjs")
+        shown = session.run("%gpugeek_monitor")
+        assert shown.stderr.strip() == (
+            "UsageError: GPUGEEK_BOKEHJS must be inline or cdn, got 'from-the-moon' (e.g. GPUGEEK_BOKEHJS=cdn)"
+        ), shown.text
+    finally:
+        session.shutdown()
 
 
 def test_bad_options_are_one_line_usage_errors(kernel: KernelSession) -> None:
