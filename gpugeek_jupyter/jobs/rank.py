@@ -88,6 +88,12 @@ class _Runtime:
         self.work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self.parent_env = dict(os.environ)  # the worker's environment before any job touched it
         self.lock = threading.Lock()
+        # what scripts left (their __main__ namespaces: models, DDP reducers, process groups), kept
+        # until the runner recycles this worker process after the script, as torchrun's processes end:
+        # freed here instead, a gloo process group's destructor can wait, holding the GIL, for its own
+        # thread that waits for the GIL (it still has to drop a work item captured during backward),
+        # and the whole worker freezes
+        self.script_leftovers: list[Any] = []
 
     def busy(self) -> bool:
         return _running(self.active)
@@ -495,6 +501,7 @@ def _run_script(code: ScriptCode, active: _ActiveJob) -> int:
             sys.modules["__main__"] = saved_main
         with contextlib.suppress(OSError):
             os.chdir(saved_cwd)
+        _runtime.script_leftovers.append(main)  # see _Runtime.script_leftovers
 
 
 def _exit_status(e: SystemExit) -> int:

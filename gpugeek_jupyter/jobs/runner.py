@@ -44,6 +44,7 @@ NoticeCallback = Callable[[str], None]
 
 DIRECT_CONNECT_S = 5.0  # a worker not reachable within this is called through the scheduler
 LAYOUT_FRESH_S = 2.0  # the worker list is re-read when older than this, or after a failure
+RECYCLE_TIMEOUT_S = 20.0  # a worker recycled after a script is ended outright if it has not stopped by then
 STOP_JOB_WAIT_S = 15.0  # a stopping pool waits this long for its running job to end
 DEAD_FORGET_S = 15.0  # an ended worker still listed this long after is taken as alive after all
 
@@ -273,7 +274,22 @@ class PoolRunner:
             self.generation = None
         if watch.gone:
             self._mark_dead(watch.gone)
+        if request.kind == "script":
+            self._recycle(set(layout.addresses) - watch.gone)
         return attempt
+
+    def _recycle(self, addresses: set[str]) -> None:
+        """Give the next job fresh worker processes for these, as torchrun starts fresh ones per run.
+
+        A script leaves its process groups, models and imports behind; freeing a gloo group in a
+        live worker can freeze it (see ``rank._Runtime.script_leftovers``). The nannies restart the
+        workers (ending them outright if they do not stop); the next job waits for the pool to heal.
+        """
+        if not addresses:
+            return
+        self._mark_dead(addresses)
+        restart = self.client._restart_workers(workers=sorted(addresses), timeout=RECYCLE_TIMEOUT_S, raise_for_error=False)
+        asyncio.run_coroutine_threadsafe(restart, self._loop())
 
     # -- dask plumbing -------------------------------------------------------------------------
     def _launch(self, events: queue.Queue[tuple[str, Any]], addresses: list[str], function: Callable[..., Any],

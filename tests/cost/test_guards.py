@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,18 +15,9 @@ from gpugeek_jupyter.cost.guards import CostWatch, install_cost_hooks
 from gpugeek_jupyter.cost.ledger import pool_cost
 from gpugeek_jupyter.pools import get_pool_manager
 from gpugeek_jupyter.store import JobStatus, PoolStatus
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def _wait_for(condition: Callable[[], Any], seconds: float, what: str) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} did not happen within {seconds} s")
 
 
 def _burn_cpu(seconds: float) -> int:
@@ -61,7 +51,7 @@ def test_budget_warns_once_at_80_percent_then_checkpoints_and_stops_the_job_and_
     pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, name="budget", price=720, budget=1.2)
     job = manager.registry.add_job("job-budget", pool.id, pool.name, "torchrun", "sha", ranks=2)
 
-    _wait_for(lambda: not pool.record.status.is_live, 30, "the budget stop")
+    wait_for(lambda: not pool.record.status.is_live, 30, "the budget stop")
 
     record = pool.record
     assert record.status is PoolStatus.STOPPED
@@ -91,7 +81,7 @@ def test_idle_pool_stops_itself_after_its_timeout_but_not_while_busy():
     samples = manager.registry.utilization(pool.id)
     assert max(s.mean_util for s in samples) > 0.3  # the burning worker was seen busy
 
-    _wait_for(lambda: not pool.record.status.is_live, 30, "the idle shutdown")
+    wait_for(lambda: not pool.record.status.is_live, 30, "the idle shutdown")
     record = pool.record
     assert record.status is PoolStatus.STOPPED
     assert record.reason.startswith("pool 'idle' stopped itself: no job and CPU utilization under 5% for ")
@@ -113,8 +103,8 @@ def test_a_vanished_spot_worker_is_recorded_as_preempted_with_its_cost():
                        {i.id for i in first.values()} and w.stopped_at is not None}
             return reasons if len(reasons) == 2 else None
 
-        assert _wait_for(closed, 30, "closing both intervals") == {"0": "preempted", "1": "worker left"}
-        _wait_for(lambda: len(manager.registry.worker_intervals(pool.id)) == 4, 30, "the replacements joining")
+        assert wait_for(closed, 30, "closing both intervals") == {"0": "preempted", "1": "worker left"}
+        wait_for(lambda: len(manager.registry.worker_intervals(pool.id)) == 4, 30, "the replacements joining")
         (preemption,) = pool_cost(manager.registry, pool.id).preemptions
         assert preemption.worker_name == "0" and preemption.hours > 0
         assert preemption.usd == pytest.approx(preemption.hours * pool.prices["spot"])

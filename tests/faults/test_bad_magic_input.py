@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -55,6 +55,20 @@ def bad_launch_lines(draw: st.DrawFn) -> str:
     return " ".join(f"{name} {shlex.quote(options[name])}" for name in order)
 
 
+def gives_one_line_usage_error(call: Callable[[], object], scenario) -> bool:  # type: ignore[no-untyped-def]
+    """True when ``call()`` raises a UsageError with a one-line message; any other exception is
+    recorded as a failed run and raised."""
+    try:
+        call()
+    except UsageError as e:
+        message = str(e)
+        return bool(message) and "\n" not in message
+    except BaseException:
+        scenario.record(survived=False)
+        raise
+    return False
+
+
 @pytest.fixture(scope="module")
 def shell() -> Iterator[object]:
     from IPython.core.interactiveshell import InteractiveShell
@@ -68,16 +82,7 @@ def shell() -> Iterator[object]:
 @given(line=bad_launch_lines())
 def test_generated_bad_launch_lines_give_only_usage_errors(shell, scenario, line: str) -> None:  # type: ignore[no-untyped-def]
     """Bad input: generated %gpugeek_launch option lines"""
-    try:
-        shell.run_line_magic("gpugeek_launch", line)  # type: ignore[attr-defined]
-    except UsageError as e:
-        message = str(e)
-        ok = bool(message) and "\n" not in message
-    except BaseException:
-        scenario.record(survived=False)
-        raise
-    else:
-        ok = False
+    ok = gives_one_line_usage_error(lambda: shell.run_line_magic("gpugeek_launch", line), scenario)
     created = get_registry().list_pools()
     scenario.record(survived=ok and not created)
     assert ok, f"{line!r} did not give a one-line UsageError"
@@ -136,16 +141,7 @@ def shell_with_pool(shell):  # type: ignore[no-untyped-def]
 def test_generated_bad_run_lines_give_only_usage_errors_and_run_nothing(shell_with_pool, scenario, line: str) -> None:  # type: ignore[no-untyped-def]
     """Bad input: generated %%gpugeek_run option lines"""
     cell = "print('this cell must not run', rank)\nrank"
-    try:
-        shell_with_pool.run_cell_magic("gpugeek_run", line, cell)
-    except UsageError as e:
-        message = str(e)
-        ok = bool(message) and "\n" not in message
-    except BaseException:
-        scenario.record(survived=False)
-        raise
-    else:
-        ok = False
+    ok = gives_one_line_usage_error(lambda: shell_with_pool.run_cell_magic("gpugeek_run", line, cell), scenario)
     registry = get_registry()
     jobs, pools = registry.list_jobs(), [p.name for p in registry.list_pools()]
     scenario.record(survived=ok and not jobs and pools == ["fuzz"])

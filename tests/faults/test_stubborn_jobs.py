@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ import gpugeek_jupyter
 from gpugeek_jupyter.jobs import run_cell
 from gpugeek_jupyter.pools import get_pool_manager
 from gpugeek_jupyter.store import JobStatus, PoolStatus
+from support.waiting import poll
 
 pytestmark = pytest.mark.slow
 
@@ -38,16 +38,6 @@ STUBBORN_CELL = IGNORE_SIGNALS + (
     "    except BaseException:\n"
     "        pass\n"
 )
-
-
-def _wait_for(condition: Callable[[], Any], seconds: float) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    return condition()
 
 
 def _alive(pid: int) -> bool:
@@ -95,9 +85,9 @@ def test_budget_stop_ends_a_job_that_ignores_signals_and_swallows_cancellation(s
     )
     runner.start()
     job_started = started.wait(30)
-    stopped = _wait_for(lambda: not pool.record.status.is_live, 60)
+    stopped = poll(lambda: not pool.record.status.is_live, 60)
     runner.join(60)
-    left = [pid for pid in pids if _wait_for(lambda pid=pid: not _alive(pid), 30) is False]
+    left = [pid for pid in pids if poll(lambda pid=pid: not _alive(pid), 30) is False]
     record = pool.record
     job = manager.registry.list_jobs(pool_id=pool.id)
     survived = bool(job_started and stopped and not runner.is_alive() and not left and outcome
@@ -120,8 +110,8 @@ def test_idle_stop_ends_workers_that_ignore_signals(scenario) -> None:  # type: 
     pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, name="stubborn-idle", idle_timeout=0.05)  # 3 s
     pids = list(pool.client.run(os.getpid).values())
     strays = pool.client.map(_stray_task_ignoring_signals, [600.0, 600.0], pure=False)  # asleep: 0 % busy
-    stopped = _wait_for(lambda: not pool.record.status.is_live, 60)
-    left = [pid for pid in pids if _wait_for(lambda pid=pid: not _alive(pid), 30) is False]
+    stopped = poll(lambda: not pool.record.status.is_live, 60)
+    left = [pid for pid in pids if poll(lambda pid=pid: not _alive(pid), 30) is False]
     record = pool.record
     del strays
     scenario.record(survived=bool(stopped and not left))
