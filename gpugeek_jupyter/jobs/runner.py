@@ -288,7 +288,8 @@ class PoolRunner:
         if not addresses:
             return
         self._mark_dead(addresses)
-        restart = self.client._restart_workers(workers=sorted(addresses), timeout=RECYCLE_TIMEOUT_S, raise_for_error=False)
+        restart = self.client._restart_workers(workers=sorted(addresses), timeout=RECYCLE_TIMEOUT_S,
+                                               raise_for_error=False)
         asyncio.run_coroutine_threadsafe(restart, self._loop())
 
     # -- dask plumbing -------------------------------------------------------------------------
@@ -350,14 +351,45 @@ class PoolRunner:
             asyncio.run_coroutine_threadsafe(coroutine, self._loop())
 
     def ask(self, function: Callable[..., Any], addresses: list[str], *args: Any, timeout: float = 3.0) -> dict[str, Any]:
-        """Run ``function`` on workers and wait (at most ``timeout`` s) for their answers."""
-        coroutine = self.client.run(function, *args, workers=addresses, on_error="return", asynchronous=True)
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop())
+        """Run ``function`` on workers and wait (at most ``timeout`` s) for their answers.
+
+        Each worker is asked on its own, so one that cannot answer (frozen, gone) is only missing
+        from the answers instead of hiding the others'.
+        """
+        async def ask_each() -> dict[str, Any]:
+            calls = {a: asyncio.ensure_future(self.client.run(function, *args, workers=[a], on_error="return",
+                                                                asynchronous=True)) for a in addresses}
+            done, pending = await asyncio.wait(calls.values(), timeout=timeout)
+            for call in pending:
+                call.cancel()
+            answers: dict[str, Any] = {}
+            for call in done:
+                if call.exception() is None:
+                    answers.update(call.result())
+            return answers
+
+        if not addresses:
+            return {}
+        future = asyncio.run_coroutine_threadsafe(ask_each(), self._loop())
         try:
-            return dict(future.result(timeout=timeout))
+            answers = future.result(timeout=timeout + 5.0)
         except Exception as e:
             log.info("workers did not answer %s: %s", getattr(function, "__name__", function), e)
             return {}
+        if len(answers) < len(addresses):
+            log.info("workers %s did not answer %s within %.0f s", sorted(set(addresses) - set(answers)),
+                     getattr(function, "__name__", function), timeout)
+        return answers
+
+    def end_workers(self, addresses: list[str]) -> None:
+        """End worker processes from outside, through their nannies (for workers that cannot even
+        answer: a frozen interpreter); the nannies start fresh ones and the pool heals."""
+        if addresses:
+            log.warning("pool %s: workers %s do not answer; ending them", self.pool.name, addresses)
+            self._mark_dead(set(addresses))
+            restart = self.client._restart_workers(workers=sorted(addresses), timeout=RECYCLE_TIMEOUT_S,
+                                                   raise_for_error=False)
+            asyncio.run_coroutine_threadsafe(restart, self._loop())
 
     def _subscribe(self) -> None:
         """Receive rank output; confirmed with a probe event so that no early output is missed."""

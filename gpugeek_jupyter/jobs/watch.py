@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 OutputCallback = Callable[[int, str, str], None]  # (rank, "stdout" | "stderr", text)
 
 CANCEL_GRACE_S = 1.5  # a cancelled rank has this long to stop before its worker process is ended
+NANNY_END_S = 5.0  # a nanny ends a frozen worker (SIGKILL) within about 2 s; peers then fail
 KILL_WAIT_S = 5.0  # how long an ended worker may take to be seen gone
 OUTPUT_DRAIN_S = 2.0  # late output events are awaited this long after the last rank answered
 _MAX_OUTPUT_CHARS = 1_000_000  # kept per rank in JobResult.output
@@ -39,6 +40,8 @@ class Workers(Protocol):
     def fire(self, function: Callable[..., Any], addresses: list[str], *args: Any) -> None: ...
 
     def ask(self, function: Callable[..., Any], addresses: list[str], *args: Any, timeout: float = 3.0) -> dict[str, Any]: ...
+
+    def end_workers(self, addresses: list[str]) -> None: ...
 
 
 @dataclass
@@ -146,8 +149,9 @@ class AttemptWatch:
         if self.stopping is None and self.deadline is not None and now >= self.deadline:
             self._time_out()
         if self.next_kill_check is not None and self.pending - self.killed and now >= self.next_kill_check:
-            self._kill_stuck(everyone=bool(self.killed))
-            self.next_kill_check = time.monotonic() + CANCEL_GRACE_S
+            ended_from_outside = self._kill_stuck(everyone=bool(self.killed))
+            # a nanny takes a while to end a frozen worker; its peers fail once it is gone
+            self.next_kill_check = time.monotonic() + (NANNY_END_S if ended_from_outside else CANCEL_GRACE_S)
         if self.kill_at is not None and now >= self.kill_at + KILL_WAIT_S:  # ended, never seen gone
             for address in sorted(self.pending & self.killed):
                 self._answered(address, RuntimeError("the worker did not answer after it was ended"))
@@ -217,20 +221,27 @@ class AttemptWatch:
         self.next_kill_check = self.cancel_at + CANCEL_GRACE_S
         self.runner.fire(rank_side.cancel_rank, sorted(self.pending - self.gone), self.launch)
 
-    def _kill_stuck(self, everyone: bool = False) -> None:
+    def _kill_stuck(self, everyone: bool = False) -> bool:
         """End the workers of ranks that did not stop: first those outside a collective (the stuck
-        ones; their peers' collectives then fail and return), the rest a grace period later."""
+        ones; their peers' collectives then fail and return), the rest a grace period later.
+        True when some were frozen and left to their nannies to end."""
         candidates = sorted(self.pending - self.killed - self.gone)
         where = self.runner.ask(rank_side.where_rank, candidates, self.launch, timeout=2.0) if candidates else {}
+        # a worker that cannot even say where its rank is has a frozen interpreter (e.g. a C extension
+        # waiting, with the GIL held, for a thread that needs the GIL): only its nanny can end it
+        frozen = [a for a in candidates if a not in where]
         running = [a for a in candidates if isinstance(where.get(a), dict) and where[a].get("running")]
-        if not everyone:
+        if not everyone:  # the stuck ones first: their peers' collectives then fail and return
             stuck = [a for a in running if not where[a].get("collective")]
-            running = stuck or running[:1]
-        if running:
+            running = stuck or ([] if frozen else running[:1])
+        if running or frozen:
             self.kill_at = time.monotonic()
-            self.killed |= set(running)
-            self.gone |= set(running)
-            self.runner.fire(rank_side.kill_rank, running, self.launch)
+            self.killed |= set(running) | set(frozen)
+            self.gone |= set(running) | set(frozen)
+            if running:
+                self.runner.fire(rank_side.kill_rank, running, self.launch)
+            self.runner.end_workers(frozen)
+        return bool(frozen)
 
     def _time_out(self) -> None:
         where = self.runner.ask(rank_side.where_rank, sorted(self.pending - self.gone), self.launch, timeout=3.0)

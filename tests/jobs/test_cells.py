@@ -223,6 +223,22 @@ def test_timeout_stops_python_code_without_restarting_workers(pool: Any) -> None
 
 
 @pytest.mark.timeout(120)
+def test_a_worker_frozen_with_the_gil_held_is_ended_from_outside_at_the_timeout(pool: Any) -> None:
+    # ctypes.PyDLL calls C without releasing the GIL: rank 1's whole worker freezes, event loop
+    # included, as a C extension deadlocked on the GIL would; it cannot answer, nor end itself
+    cell = "import ctypes\nif rank == 1:\n    ctypes.PyDLL(None).sleep(3600)\ndist.barrier()\n"
+    before = worker_pids(pool)
+    started = time.monotonic()
+    result = run_cell(pool, cell, {}, timeout=3)
+    took = time.monotonic() - started
+    assert result.timed_out and result.status is JobStatus.FAILED, result.report()
+    assert took < 30, f"the job took {took:.0f} s to end"
+    assert result.ranks[1].status == "killed", result.report()
+    assert run_cell(pool, "dist.barrier()\nrank", {}).values == [0, 1]  # the pool healed
+    assert len(set(worker_pids(pool)) - set(before)) == 1  # the frozen worker was replaced
+
+
+@pytest.mark.timeout(120)
 def test_interrupt_stops_every_rank_and_next_cell_runs(pool: Any) -> None:
     import _thread
 
