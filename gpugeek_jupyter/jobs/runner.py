@@ -285,12 +285,27 @@ class PoolRunner:
         live worker can freeze it (see ``rank._Runtime.script_leftovers``). The nannies restart the
         workers (ending them outright if they do not stop); the next job waits for the pool to heal.
         """
+        self._restart_in_background(addresses, "a script ran in them")
+
+    def _restart_in_background(self, addresses: set[str], why: str) -> None:
+        """Have the nannies restart these workers; the next job waits for the pool to heal.
+
+        Workers without a nanny (``dask worker --no-nanny``) cannot be restarted: they stay in use.
+        """
         if not addresses:
             return
         self._mark_dead(addresses)
-        restart = self.client._restart_workers(workers=sorted(addresses), timeout=RECYCLE_TIMEOUT_S,
-                                               raise_for_error=False)
-        asyncio.run_coroutine_threadsafe(restart, self._loop())
+
+        async def restart() -> None:
+            try:
+                await self.client._restart_workers(workers=sorted(addresses), timeout=RECYCLE_TIMEOUT_S,
+                                                   raise_for_error=False)
+            except Exception as e:  # e.g. no nanny: the same processes go on serving jobs
+                log.warning("pool %s: could not restart workers %s (%s): %s", self.pool.name, sorted(addresses), why, e)
+                for address in addresses:
+                    self.dead.pop(address, None)
+
+        asyncio.run_coroutine_threadsafe(restart(), self._loop())
 
     # -- dask plumbing -------------------------------------------------------------------------
     def _launch(self, events: queue.Queue[tuple[str, Any]], addresses: list[str], function: Callable[..., Any],
@@ -386,10 +401,7 @@ class PoolRunner:
         answer: a frozen interpreter); the nannies start fresh ones and the pool heals."""
         if addresses:
             log.warning("pool %s: workers %s do not answer; ending them", self.pool.name, addresses)
-            self._mark_dead(set(addresses))
-            restart = self.client._restart_workers(workers=sorted(addresses), timeout=RECYCLE_TIMEOUT_S,
-                                                   raise_for_error=False)
-            asyncio.run_coroutine_threadsafe(restart, self._loop())
+            self._restart_in_background(set(addresses), "they did not answer")
 
     def _subscribe(self) -> None:
         """Receive rank output; confirmed with a probe event so that no early output is missed."""
@@ -483,6 +495,9 @@ class PoolRunner:
         log.info("pool %s: its workers lack gpugeek_jupyter; sending %s", self.pool.name, archive.name)
         self.client.upload_file(str(archive))
         self._shipped = True
+        from ..telemetry import withdraw
+
+        withdraw(self.pool, "its workers lack gpugeek_jupyter")  # else a restarted worker could not start
 
     def _mark_dead(self, addresses: set[str]) -> None:
         now = time.monotonic()

@@ -100,6 +100,22 @@ def install(pool: Pool, period: float | None = None) -> TelemetryFeed | None:
         return None
 
 
+def withdraw(pool: Pool, why: str) -> None:
+    """Unregister the sampler plugin from ``pool``'s scheduler (its workers cannot load it).
+
+    A worker that starts later (a nanny restart) loads every registered plugin before any runs:
+    on workers that lack this package even ``Client.upload_file``'s copy arrives too late, and a
+    plugin it cannot unpickle stops the worker from starting at all. Telemetry is worth less than
+    a pool that heals.
+    """
+    try:
+        pool.client.unregister_worker_plugin(PLUGIN_NAME)
+    except Exception as e:  # not registered: nothing to withdraw
+        log.info("pool %s: no telemetry plugin to withdraw: %s", pool.name, e)
+        return
+    log.warning("pool %s: telemetry is off: %s (install gpugeek-jupyter on the workers to have it)", pool.name, why)
+
+
 def _start_feed(pool: Pool, period: float) -> TelemetryFeed:
     with _lock:
         feed = _feeds.get(pool)

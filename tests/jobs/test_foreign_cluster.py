@@ -35,9 +35,10 @@ def _python_without_this_package(where: Path) -> str:
     return str(python)
 
 
-@pytest.fixture
-def foreign_cluster(tmp_path: Path) -> Iterator[str]:
-    """``dask scheduler`` + two ``dask worker`` processes that cannot import gpugeek_jupyter."""
+@pytest.fixture(params=["nanny"])
+def foreign_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """``dask scheduler`` + two ``dask worker`` processes that cannot import gpugeek_jupyter
+    (with nannies, or ``--no-nanny`` when the test asks so by parametrizing this fixture)."""
     python = _python_without_this_package(tmp_path / "venv")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["OMP_NUM_THREADS"] = "1"
@@ -50,13 +51,19 @@ def foreign_cluster(tmp_path: Path) -> Iterator[str]:
                                  "--dashboard-address", ":0"], cwd=tmp_path, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     worker = [python, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1", "--host", "127.0.0.1"]
+    if request.param == "no-nanny":
+        worker.append("--no-nanny")
     started += [subprocess.Popen([*worker, "--name", str(n)], cwd=tmp_path, env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in range(2)]
     yield address
     for process in started:
         process.terminate()
     for process in started:
-        process.wait(timeout=30)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a --no-nanny worker that ran a script can hang at exit
+            process.kill()                 # (freeing its gloo group); a nanny would have ended it
+            process.wait(timeout=10)
 
 
 @pytest.mark.slow
@@ -72,3 +79,34 @@ def test_cells_run_on_workers_that_lack_the_package(foreign_cluster: str) -> Non
         assert result.values == [(0, 2.0), (1, 2.0)]
     finally:
         pool.stop()
+
+
+SCRIPT = "import os, torch.distributed as dist\ndist.init_process_group('gloo')\ndist.barrier()\nprint('pid', os.getpid())\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("foreign_cluster", ["nanny", "no-nanny"], indirect=True)
+def test_scripts_get_fresh_workers_where_nannies_can_give_them(foreign_cluster: str, tmp_path: Path) -> None:
+    import gpugeek_jupyter
+    from gpugeek_jupyter.jobs import run_script
+
+    script = tmp_path / "barrier.py"
+    script.write_text(SCRIPT)
+    pool = gpugeek_jupyter.launch(backend="address", address=foreign_cluster, count=2, name="foreign-scripts")
+    try:
+        runs = [run_script(pool, str(script)) for _ in range(2)]
+        assert all(r.ok for r in runs), [r.report() for r in runs]
+        printed = [sorted(int(line.split()[-1]) for text in r.output for line in text.splitlines() if "pid" in line)
+                   for r in runs]
+        if "no-nanny" in foreign_cluster_kind(pool):
+            assert printed[0] == printed[1]  # no nanny to restart them: the same processes serve on
+        else:
+            assert not set(printed[0]) & set(printed[1])  # as under torchrun: fresh processes per run
+    finally:
+        pool.stop()
+
+
+def foreign_cluster_kind(pool: object) -> str:
+    info = pool.client.scheduler_info(n_workers=-1)["workers"]  # type: ignore[attr-defined]
+    return "nanny" if all(w.get("nanny") for w in info.values()) else "no-nanny"
