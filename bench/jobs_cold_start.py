@@ -18,13 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import run_torchrun
 
 ALLREDUCE = """
 import torch, torch.distributed as dist
@@ -51,18 +52,9 @@ pool.stop()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def torchrun_wall(script: Path) -> float:
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    torchrun = Path(sys.executable).with_name("torchrun")
     start = time.perf_counter()
-    subprocess.run([str(torchrun), "--nproc_per_node=2", f"--master-port={_free_port()}", str(script)],
-                   env=env, capture_output=True, check=True, timeout=300)
+    run_torchrun(script, timeout=300)
     return time.perf_counter() - start
 
 

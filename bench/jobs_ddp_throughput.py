@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from _common import run_torchrun
 
 LOOP = """
 import time
@@ -65,19 +64,8 @@ def _plain_client_run(steps: int) -> float:
     return float(namespace["steps_per_s"])  # type: ignore[arg-type]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def torchrun_rate(script: Path) -> float:
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    torchrun = Path(sys.executable).with_name("torchrun")
-    out = subprocess.run(
-        [str(torchrun), "--nproc_per_node=2", f"--master-port={_free_port()}", str(script)],
-        env=env, capture_output=True, text=True, check=True, timeout=600,
-    ).stdout
+    out = run_torchrun(script)
     return float(json.loads(out.strip().splitlines()[-1])["steps_per_s"])
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import sys
 import time
 from typing import Any
+
+from _common import free_port
 
 PERIOD = 1.0
 
@@ -53,15 +54,9 @@ def train(rank: int, world: int, port: int, steps: int) -> float:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_ddp(pool: Any, steps: int) -> float:
     addresses = pool.worker_addresses()
-    port = _free_port()
+    port = free_port()
     futures = [
         pool.client.submit(train, rank, len(addresses), port, steps, workers=[address], allow_other_workers=False, pure=False)
         for rank, address in enumerate(addresses)

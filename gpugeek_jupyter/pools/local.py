@@ -7,6 +7,7 @@ per GPU) when NVML finds GPUs of the asked type. Everything binds to loopback un
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,7 @@ def worker_environment() -> Iterator[None]:
         yield
 
 
+@functools.cache
 def keeping_lost_workers(cluster_class: type) -> type:
     """``cluster_class`` (a dask ``SpecCluster``) that leaves a lost worker to its nanny.
 

@@ -22,8 +22,8 @@ import pytest
 
 from gpugeek_jupyter.store import PoolStatus, Registry
 from support.kernel import KernelSession
-
 from support.lab_server import LabServer, start_lab
+from support.processes import alive, wait_until_gone
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -113,26 +113,6 @@ def worker_pids(registry: Registry, name: str, count: int, seconds: float = 15.0
         time.sleep(0.2)
 
 
-def alive(pids: list[int]) -> list[int]:
-    living = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                living.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return living
-
-
-def wait_until_gone(pids: list[int], seconds: float = 15.0) -> list[int]:
-    deadline = time.monotonic() + seconds
-    living = alive(pids)
-    while living and time.monotonic() < deadline:
-        time.sleep(0.2)
-        living = alive(living)
-    return living
-
-
 def stop_from_panel(panel: Any, name: str) -> None:
     row = pool_row(panel, name)
     row.locator(".gpugeek-stop-button").click()
@@ -194,7 +174,7 @@ def test_panel_shows_pools_from_its_form_and_a_kernel_and_stops_both_leaving_no_
     page.screenshot(path=str(artifacts / "3-both-stopped.png"))
 
     assert [registry.latest_pool(name).status for name in pids] == [PoolStatus.STOPPED, PoolStatus.STOPPED]
-    assert wait_until_gone(pids["from-panel"] + pids["from-kernel"]) == []
+    assert wait_until_gone(pids["from-panel"] + pids["from-kernel"], 15) == []
     assert psutil.pid_exists(kernel.pid), "stopping its pool from the panel must not end the kernel"
 
 

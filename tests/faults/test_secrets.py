@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import secrets
 import textwrap
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -85,15 +83,6 @@ def test_the_api_key_never_appears_in_kernel_output_widgets_logs_or_the_registry
     assert leaks == {}
 
 
-def _get(url: str, token: str) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
 @pytest.mark.timeout(300)
 def test_the_server_token_and_api_key_never_appear_in_the_server_log_or_registry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario
@@ -102,7 +91,7 @@ def test_the_server_token_and_api_key_never_appear_in_the_server_log_or_registry
     monkeypatch.setenv("GPUGEEK_API_KEY", API_KEY)
     registry = tmp_path / "gpugeek.sqlite"
     server = start_lab(tmp_path / "home", registry, extra_args=("--debug",))
-    answers: list[bytes] = []
+    answers: list[str] = []
     try:
         for method, path, body in [
             ("POST", "pools", {"gpu_type": "cpu", "count": 1, "name": "from-panel"}),
@@ -116,17 +105,9 @@ def test_the_server_token_and_api_key_never_appear_in_the_server_log_or_registry
             ("DELETE", "pools/from-panel", None),
             ("DELETE", "pools/ghost", None),  # 404
         ]:
-            data = (body if isinstance(body, str) else json.dumps(body)).encode() if body is not None else None
-            request = urllib.request.Request(
-                f"{server.url}/gpugeek/{path}", method=method, data=data,
-                headers={"Authorization": f"token {server.token}", "Content-Type": "application/json"},
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=60) as response:
-                    answers.append(response.read())
-            except urllib.error.HTTPError as e:
-                answers.append(e.read())
-        status, _ = _get(f"{server.url}/gpugeek/pools", token="wrong-" + server.token)  # refused, and logged
+            _, answer = server.call(method, f"gpugeek/{path}", body)
+            answers.append(json.dumps(answer))
+        status, _ = server.call("GET", "gpugeek/pools", token="wrong-" + server.token)  # refused, and logged
         assert status == 403
     finally:
         server.stop()
@@ -138,7 +119,7 @@ def test_the_server_token_and_api_key_never_appear_in_the_server_log_or_registry
     ours = "\n".join(line for line in log_lines if not any(mark in line for mark in jupyters_own))
     places = {
         "server log": ours,
-        "answers": b"\n".join(answers).decode(errors="replace"),
+        "answers": "\n".join(answers),
         "registry": _registry_bytes(registry).decode("latin-1"),
     }
     leaks = {

@@ -18,6 +18,7 @@ import gpugeek_jupyter
 from gpugeek_jupyter.jobs import run_cell
 from gpugeek_jupyter.pools import get_pool_manager
 from gpugeek_jupyter.store import JobStatus, PoolStatus
+from support.processes import wait_until_gone
 from support.waiting import poll
 
 pytestmark = pytest.mark.slow
@@ -38,18 +39,6 @@ STUBBORN_CELL = IGNORE_SIGNALS + (
     "    except BaseException:\n"
     "        pass\n"
 )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone for every purpose but its process table row
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
 
 
 def _stray_task_ignoring_signals(seconds: float) -> None:
@@ -87,7 +76,7 @@ def test_budget_stop_ends_a_job_that_ignores_signals_and_swallows_cancellation(s
     job_started = started.wait(30)
     stopped = poll(lambda: not pool.record.status.is_live, 60)
     runner.join(60)
-    left = [pid for pid in pids if poll(lambda pid=pid: not _alive(pid), 30) is False]
+    left = wait_until_gone(pids, 30)
     record = pool.record
     job = manager.registry.list_jobs(pool_id=pool.id)
     survived = bool(job_started and stopped and not runner.is_alive() and not left and outcome
@@ -111,7 +100,7 @@ def test_idle_stop_ends_workers_that_ignore_signals(scenario) -> None:  # type: 
     pids = list(pool.client.run(os.getpid).values())
     strays = pool.client.map(_stray_task_ignoring_signals, [600.0, 600.0], pure=False)  # asleep: 0 % busy
     stopped = poll(lambda: not pool.record.status.is_live, 60)
-    left = [pid for pid in pids if poll(lambda pid=pid: not _alive(pid), 30) is False]
+    left = wait_until_gone(pids, 30)
     record = pool.record
     del strays
     scenario.record(survived=bool(stopped and not left))

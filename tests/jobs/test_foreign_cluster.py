@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,11 +10,7 @@ from pathlib import Path
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from support.net import free_port
 
 
 def _python_without_this_package(where: Path) -> str:
@@ -45,7 +40,7 @@ def foreign_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[
     probe = subprocess.run([python, "-c", "import torch, distributed, gpugeek_jupyter"], cwd=tmp_path, env=env,
                            capture_output=True, text=True)
     assert "No module named 'gpugeek_jupyter'" in probe.stderr, probe.stderr
-    address = f"tcp://127.0.0.1:{_free_port()}"
+    address = f"tcp://127.0.0.1:{free_port()}"
     dask = [python, "-m", "distributed.cli.dask_scheduler"]
     started = [subprocess.Popen([*dask, "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
                                  "--dashboard-address", ":0"], cwd=tmp_path, env=env,
@@ -87,7 +82,9 @@ SCRIPT = "import os, torch.distributed as dist\ndist.init_process_group('gloo')\
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("foreign_cluster", ["nanny", "no-nanny"], indirect=True)
-def test_scripts_get_fresh_workers_where_nannies_can_give_them(foreign_cluster: str, tmp_path: Path) -> None:
+def test_scripts_get_fresh_workers_where_nannies_can_give_them(
+    foreign_cluster: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     import gpugeek_jupyter
     from gpugeek_jupyter.jobs import run_script
 
@@ -99,14 +96,11 @@ def test_scripts_get_fresh_workers_where_nannies_can_give_them(foreign_cluster: 
         assert all(r.ok for r in runs), [r.report() for r in runs]
         printed = [sorted(int(line.split()[-1]) for text in r.output for line in text.splitlines() if "pid" in line)
                    for r in runs]
-        if "no-nanny" in foreign_cluster_kind(pool):
+        assert [len(p) for p in printed] == [2, 2], printed
+        if request.node.callspec.params["foreign_cluster"] == "no-nanny":
             assert printed[0] == printed[1]  # no nanny to restart them: the same processes serve on
         else:
             assert not set(printed[0]) & set(printed[1])  # as under torchrun: fresh processes per run
     finally:
         pool.stop()
 
-
-def foreign_cluster_kind(pool: object) -> str:
-    info = pool.client.scheduler_info(n_workers=-1)["workers"]  # type: ignore[attr-defined]
-    return "nanny" if all(w.get("nanny") for w in info.values()) else "no-nanny"

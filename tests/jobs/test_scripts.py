@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,14 +12,10 @@ from typing import Any
 
 import pytest
 
+from support.net import free_port
+
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _read_ranks(directory: Path) -> list[dict[str, Any]]:
@@ -36,7 +31,7 @@ def test_script_sees_the_same_environment_argv_and_cwd_as_under_torchrun(pool: A
     env["PYTHONPATH"] = str(REPO)
     torchrun = Path(sys.executable).with_name("torchrun")
     subprocess.run(
-        [str(torchrun), "--nproc_per_node=2", f"--master-port={_free_port()}", "envscript.py",
+        [str(torchrun), "--nproc_per_node=2", f"--master-port={free_port()}", "envscript.py",
          "--out", "out", "--lr", "3e-05", "--batch_size", "256"],
         cwd=in_tmp, env=env, check=True, capture_output=True, timeout=120,
     )

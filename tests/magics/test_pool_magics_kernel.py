@@ -13,6 +13,7 @@ import pytest
 
 from gpugeek_jupyter.store import PoolStatus, Registry
 from support.kernel import KernelSession
+from support.processes import wait_until_gone
 
 pytestmark = pytest.mark.slow
 
@@ -30,15 +31,6 @@ def kernel(isolated_registry: Path) -> Iterator[KernelSession]:
 def _worker_pids(registry: Registry, pool_name: str) -> list[int]:
     pool = registry.latest_pool(pool_name)
     return [w.pid for w in registry.worker_intervals(pool.id) if w.pid]
-
-
-def _wait_until_gone(pids: list[int], seconds: float) -> list[int]:
-    deadline = time.monotonic() + seconds
-    alive = pids
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        time.sleep(0.2)
-    return alive
 
 
 def test_launch_list_use_stop_leaves_no_worker_process(kernel: KernelSession, isolated_registry: Path) -> None:
@@ -60,7 +52,7 @@ def test_launch_list_use_stop_leaves_no_worker_process(kernel: KernelSession, is
     stopped = kernel.run("%gpugeek_stop dev")
     assert "stopped pool 'dev'" in stopped.stdout
     assert registry.latest_pool("dev").status is PoolStatus.STOPPED
-    assert _wait_until_gone(pids, 10) == []
+    assert wait_until_gone(pids, 10) == []
 
 
 def test_python_surface_matches_the_magics(kernel: KernelSession) -> None:
@@ -116,7 +108,7 @@ def test_killed_kernel_leaves_no_pool_process_and_the_pool_is_lost(isolated_regi
         pids = _worker_pids(registry, "doomed")
         assert len(pids) == 2
         os.kill(session.pid, signal.SIGKILL)
-        assert _wait_until_gone(pids, 30) == []
+        assert wait_until_gone(pids, 30) == []
         lost = registry.mark_lost_pools(lost_after_seconds=15)
         assert [p.name for p in lost] == ["doomed"]
         assert registry.latest_pool("doomed").status is PoolStatus.LOST
@@ -136,4 +128,4 @@ def test_kernel_shutdown_stops_its_pools_cleanly(isolated_registry: Path) -> Non
         session.shutdown()
     record = registry.latest_pool("short")
     assert (record.status, record.reason) == (PoolStatus.STOPPED, "its owner exited")
-    assert _wait_until_gone(pids, 10) == []
+    assert wait_until_gone(pids, 10) == []

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +17,9 @@ import psutil
 import pytest
 
 from gpugeek_jupyter.store import get_registry
+from support.net import free_port
 
 TOKEN = "gpugeek-test-token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RunningServer:

@@ -6,10 +6,10 @@ notebook root) lives under one temporary directory, so a test never touches ``~/
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,18 +17,15 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
+
+from support.net import free_port
 
 VENV_BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -64,6 +61,24 @@ class LabServer:
         )
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.read()  # type: ignore[no-any-return]
+
+    def call(self, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+        """A JSON request to the server (``body``: an object, or a str sent as it is); returns the
+        HTTP status and the decoded answer, also for error statuses. ``token`` overrides the server's."""
+        data = None if body is None else (body if isinstance(body, str) else json.dumps(body)).encode()
+        request = urllib.request.Request(
+            f"{self.url}/{path.lstrip('/')}", method=method, data=data,
+            headers={"Authorization": f"token {token or self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        try:
+            return status, json.loads(raw or b"null")
+        except ValueError:
+            return status, raw.decode(errors="replace")
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
