@@ -52,6 +52,8 @@ def test_budget_warns_once_at_80_percent_then_checkpoints_and_stops_the_job_and_
     job = manager.registry.add_job("job-budget", pool.id, pool.name, "torchrun", "sha", ranks=2)
 
     wait_for(lambda: not pool.record.status.is_live, 30, "the budget stop")
+    # the notice is posted by the heartbeat thread once the stop has returned: a moment after the status
+    wait_for(lambda: any(k == "budget-stop" for k, _ in notices), 10, "the budget-stop notice")
 
     record = pool.record
     assert record.status is PoolStatus.STOPPED
@@ -82,6 +84,7 @@ def test_idle_pool_stops_itself_after_its_timeout_but_not_while_busy():
     assert max(s.mean_util for s in samples) > 0.3  # the burning worker was seen busy
 
     wait_for(lambda: not pool.record.status.is_live, 30, "the idle shutdown")
+    wait_for(lambda: notices, 10, "the idle-stop notice")  # posted just after the stop returns
     record = pool.record
     assert record.status is PoolStatus.STOPPED
     assert record.reason.startswith("pool 'idle' stopped itself: no job and CPU utilization under 5% for ")
