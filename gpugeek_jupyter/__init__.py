@@ -77,6 +77,10 @@ def load_ipython_extension(ipython: Any) -> None:
     from .magics import register_magics
 
     register_magics(ipython)
+    from .config import get_config
+    from .pools.worker_origin import warm_up
+
+    warm_up(get_config().preload_torch)  # the first %gpugeek_launch then finds torch imported
 
 
 def unload_ipython_extension(ipython: Any) -> None:

@@ -129,6 +129,7 @@ class Job:
         max_restarts: int = 0,
         stream: bool = True,
         on_output: Callable[[int, str, str], None] | None = None,
+        env: dict[str, str] | None = None,
     ) -> JobResult:
         """Run a script on every rank as ``torchrun --nproc_per_node=N`` would; returns a ``JobResult``.
 
@@ -136,9 +137,20 @@ class Job:
         labelled ``[rank N]``, to this process's stdout/stderr (or given to ``on_output(rank,
         stream, text)``). A failed job is a result with ``ok`` False (``raise_for_status()`` raises);
         an interrupt stops every rank, then raises ``KeyboardInterrupt``.
+
+        ``env`` sets variables in every rank for this run only (``env={"NCCL_DEBUG": "INFO"}``),
+        on every backend; torchrun's own variables cannot be overridden.
         """
         from .jobs import run_script
+        from .jobs.job_env import JobEnvError, check_job_env
         from .jobs.output import LabelledWriter
+
+        try:
+            env = check_job_env(env)
+        except JobEnvError as e:
+            raise JobEnvError(e.rule, e.name, e.value, message=(
+                f"env={{{e.name!r}: {e.value!r}}}: {e.rule} (e.g. env={{'NCCL_DEBUG': 'INFO'}})"
+            )) from None
 
         output = on_output if on_output is not None else (LabelledWriter() if stream else None)
         result = run_script(
@@ -150,6 +162,7 @@ class Job:
             max_restarts=max_restarts,
             stream=stream,
             on_output=output,
+            env=env,
         )
         self.results.append(result)
         if result.status.value == "cancelled":

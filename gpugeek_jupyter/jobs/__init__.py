@@ -45,6 +45,7 @@ def run_cell(
     amp: str | None = None,
     stream: bool = True,
     rank0: bool = False,
+    env: Mapping[str, str] | None = None,
     on_output: OutputCallback | None = None,
     on_notice: NoticeCallback | None = None,
 ) -> JobResult:
@@ -54,7 +55,7 @@ def run_cell(
 
     program = prepare_cell(source, namespace, hidden=hidden, rank0_only=rank0)
     request = JobRequest(code=program.code, sha256=program.sha256, timeout=timeout, max_restarts=max_restarts,
-                         stream=stream, amp=amp)
+                         stream=stream, amp=amp, env=env or {})  # type: ignore[arg-type]  # checked by validate()
     return runner_for(pool).run(request, on_output, on_notice)
 
 
@@ -68,6 +69,7 @@ def run_script(
     max_restarts: int = 0,
     stream: bool = True,
     cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
     on_output: OutputCallback | None = None,
     on_notice: NoticeCallback | None = None,
 ) -> JobResult:
@@ -77,5 +79,5 @@ def run_script(
 
     program = prepare_script(script_path, args=args, hyperparams=hyperparams, cwd=cwd)
     request = JobRequest(code=program.code, sha256=program.sha256, hyperparams=program.hyperparams,
-                         timeout=timeout, max_restarts=max_restarts, stream=stream)
+                         timeout=timeout, max_restarts=max_restarts, stream=stream, env=env or {})  # type: ignore[arg-type]  # checked by validate()
     return runner_for(pool).run(request, on_output, on_notice)

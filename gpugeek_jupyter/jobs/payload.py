@@ -47,6 +47,7 @@ class RankJob:
     stream: bool = True
     launch: str = ""  # unique per launch: events of an earlier launch of the same job are told apart
     cuda_visible: dict[str, str | None] = field(default_factory=dict)  # by worker address (GPU pools)
+    env: dict[str, str] = field(default_factory=dict)  # the job's own variables, set in every rank
 
 
 @dataclass

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import capture
+from . import capture, children
 from .capture import Forwarder
 from .diagnose import describe_stack, format_user_traceback, is_peer_failure, one_line
 from .env import TORCHRUN_VARIABLES, build_worker_env, error_file_path
@@ -243,6 +243,7 @@ def kill_rank(launch: str | None, dask_worker: Any = None) -> bool:
     assert active is not None
     log.warning("job %s: rank %d did not stop when cancelled; ending worker process %d",
                 active.job_id, active.rank, os.getpid())
+    children.end_all_children("its worker is ended")
     if dask_worker is not None:
         dask_worker.loop.call_later(0.05, os._exit, EXIT_CODE_KILLED)
     else:
@@ -268,12 +269,15 @@ def _execute(job: RankJob, slot: RankSlot, cuda_visible: str | None, active: _Ac
     )
     if cuda_visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible
+    children.allow_children()
+    children_before = children.child_pids()
     is_script = isinstance(job.code, ScriptCode)
     error_dir = os.path.dirname(env["TORCHELASTIC_ERROR_FILE"])
     if is_script:  # for torch's @record; a few ms of file system work, so only where scripts use it
         os.makedirs(error_dir, exist_ok=True)
     active.filename = job.code.abspath if isinstance(job.code, ScriptCode) else job.code.filename
     _apply_environment(env)
+    restore_job_env = _apply_job_environment(job.env)
     try:
         with capture.captured(forwarder):
             try:
@@ -304,6 +308,10 @@ def _execute(job: RankJob, slot: RankSlot, cuda_visible: str | None, active: _Ac
     except JobCancelled:  # landed after the user code, during clean-up: the job had finished anyway
         outcome.status, outcome.exit_code, outcome.error = "cancelled", None, "stopped"
         _drop_group()
+    finally:
+        restore_job_env()
+    if outcome.status != "ok" or is_script:  # a script's worker is recycled next; a cell's keep theirs
+        children.end_new_children(children_before, f"job {job.job_id} {outcome.status}")
     if is_script:
         with contextlib.suppress(OSError):
             os.rmdir(error_dir)  # only when empty: an error file written by @record stays
@@ -332,6 +340,21 @@ def _apply_environment(env: dict[str, str]) -> None:
 
         if torch.get_num_threads() != int(threads):
             torch.set_num_threads(int(threads))
+
+
+def _apply_job_environment(job_env: dict[str, str]) -> Callable[[], None]:
+    """Set the job's own variables (``--env``); the returned function puts the old values back."""
+    saved = {key: os.environ.get(key) for key in job_env}
+    os.environ.update(job_env)
+
+    def restore() -> None:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+    return restore
 
 
 @contextlib.contextmanager

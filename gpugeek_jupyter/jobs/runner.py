@@ -60,6 +60,7 @@ class JobRequest:
     max_restarts: int = 0
     stream: bool = True
     amp: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # the job's own variables (checked by job_env)
 
     @property
     def kind(self) -> str:
@@ -75,6 +76,9 @@ class JobRequest:
                 f"--max-restarts must be a whole number >= 0, got {self.max_restarts!r} (e.g. --max-restarts 2)",
                 field="max_restarts",
             )
+        from .job_env import check_job_env
+
+        self.env = check_job_env(self.env)
         if self.amp not in (None, "bf16", "fp16"):
             raise SpecError(f"--amp must be bf16 or fp16, got {self.amp!r} (e.g. --amp bf16)", field="amp")
 
@@ -125,6 +129,7 @@ class PoolRunner:
         self._followed: set[str] = set()  # workers whose scheduler events we receive
         self._shipped = False  # this package was sent to the workers (they did not have it)
         self._tasks: set[asyncio.Future[Any]] = set()  # running calls (asyncio keeps only weak references)
+        self._restarting: Any = None  # the nannies' restart of recycled workers, while it runs
 
     # -- public --------------------------------------------------------------------------------
     def run(
@@ -154,6 +159,12 @@ class PoolRunner:
         if not self._lock.acquire(timeout=timeout):
             return False
         self._lock.release()
+        restarting = self._restarting
+        if restarting is not None:  # a recycle cut short by the stop would leave errors in the logs
+            try:
+                restarting.result(timeout=RECYCLE_TIMEOUT_S + 5.0)
+            except Exception as e:
+                log.info("pool %s: the restart of its workers did not finish before the stop: %s", self.pool.name, e)
         return True
 
     # -- one job -------------------------------------------------------------------------------
@@ -260,6 +271,7 @@ class PoolRunner:
             stream=request.stream,
             launch=secrets.token_hex(4),
             cuda_visible={a: v for a, v in self.cuda_visible.items() if v is not None},
+            env=dict(request.env),
         )
         blob = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)  # plain data; names are cloudpickled inside
         watch = AttemptWatch(self, job_id, job.launch, layout, events, deadline, request.timeout, on_output, outputs)
@@ -305,7 +317,7 @@ class PoolRunner:
                 for address in addresses:
                     self.dead.pop(address, None)
 
-        asyncio.run_coroutine_threadsafe(restart(), self._loop())
+        self._restarting = asyncio.run_coroutine_threadsafe(restart(), self._loop())
 
     # -- dask plumbing -------------------------------------------------------------------------
     def _launch(self, events: queue.Queue[tuple[str, Any]], addresses: list[str], function: Callable[..., Any],

@@ -64,6 +64,8 @@ class JobMagics(Magics):
     @argument("--rank0", action="store_true", help="give back rank 0's value only")
     @argument("--no-stream", action="store_true", help="show the ranks' output when the job ends, not live")
     @argument("--monitor", action="store_true", help="show the live utilization panel of the pool under the cell")
+    @argument("--env", action="append", default=[], metavar="NAME=VALUE",
+              help="set a variable in every rank for this job only (repeatable), e.g. --env NCCL_DEBUG=INFO")
     @argument("--script", default=None, help="line magic: run this torchrun-ready script instead of a cell")
     @argument("script_args", nargs="*", help="after --: the script's arguments")
     @line_cell_magic
@@ -86,7 +88,12 @@ class JobMagics(Magics):
             In [3]: losses
             Out[3]: [0.29, 0.29]
 
-            In [4]: %gpugeek_run --script train.py -- --lr 3e-5
+            In [4]: %gpugeek_run --script train.py --env HF_HOME=/data/hf -- --lr 3e-5
+
+            In [5]: %%gpugeek_run --env NCCL_DEBUG=INFO --env WANDB_MODE=offline
+               ...: print(os.environ["WANDB_MODE"])
+            [rank 0] offline
+            [rank 1] offline
 
         The cell sees ``rank``, ``world_size``, ``device``, ``dist`` (torch.distributed) and ``gg``
         (``gg.ddp``, ``gg.fsdp``, ``gg.shard``, ``gg.grad_checkpoint``, ``gg.checkpoint``,
@@ -124,6 +131,7 @@ class JobMagics(Magics):
 
                 show_monitor(pool)  # keeps updating from its own thread while the job runs
             options = {
+                "env": _job_env(args.env),
                 "timeout": timeout,
                 "max_restarts": max_restarts,
                 "stream": not args.no_stream,
@@ -188,6 +196,16 @@ class JobMagics(Magics):
                 field="pool",
             )
         return manager.current
+
+
+def _job_env(assignments: list[str]) -> dict[str, str]:
+    """``--env NAME=VALUE`` options as a dict; a bad one is a one-line UsageError naming it."""
+    from ..jobs.job_env import JobEnvError, check_job_env, parse_assignments
+
+    try:
+        return check_job_env(parse_assignments(assignments))
+    except JobEnvError as e:
+        raise UsageError(f"--env {e.name!r}: {e.rule} (e.g. --env NCCL_DEBUG=INFO)") from None
 
 
 def _ends_with_expression(cell: str) -> bool:

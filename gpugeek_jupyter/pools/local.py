@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from ..config import get_config
 from ..errors import BackendUnavailableError, PoolStartError
 from ..nvml import discover_gpus
 from ._backend import ProgressCallback, RunningCluster, wait_for_workers
+from .worker_origin import use_forkserver
 
 if TYPE_CHECKING:
     from ..spec import PoolSpec
@@ -39,11 +41,27 @@ _WORKER_ENVIRON = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM
 
 @contextlib.contextmanager
 def worker_environment() -> Iterator[None]:
-    """Dask config under which pool workers (and their nanny restarts) are created."""
+    """Dask config under which pool workers (and their nanny restarts) are created.
+
+    Workers are forked from the pool forkserver (:mod:`.worker_origin`): torch is imported there
+    already, and the launching program's ``__main__`` is never run again in them.
+    """
     import dask
 
+    use_forkserver(get_config().preload_torch)
     with dask.config.set({"distributed.nanny.pre-spawn-environ": _PRE_SPAWN_ENVIRON}):
         yield
+
+
+def worker_env() -> dict[str, str]:
+    """The environment of a pool's workers: this process's, now, with the thread caps torchrun sets.
+
+    Forked from the forkserver, a worker would otherwise see this process's environment as it was
+    when the forkserver started.
+    """
+    env = {key: value for key, value in os.environ.items() if key not in _PRE_SPAWN_ENVIRON}
+    env.update(_WORKER_ENVIRON)
+    return env
 
 
 @functools.cache
@@ -100,7 +118,7 @@ class LocalBackend:
         return {
             "death_timeout": config.worker_death_timeout,
             "preload": [WORKER_PRELOAD],
-            "env": dict(_WORKER_ENVIRON),
+            "env": worker_env(),
         }
 
     def _start_cpu(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:

@@ -34,13 +34,13 @@ def test_cell_sees_rank_world_size_device_dist_and_gg(pool: Any) -> None:
     assert result.ok and result.values == [(0, 2, "cpu", 2, "Helpers"), (1, 2, "cpu", 2, "Helpers")]
 
 
-def test_ranks_run_in_spawned_worker_processes(pool: Any) -> None:
-    import psutil
-
-    cell = "import os, psutil\n(os.getpid(), ' '.join(psutil.Process().cmdline()))"
+def test_ranks_run_in_worker_processes_forked_from_the_pool_forkserver(pool: Any) -> None:
+    cell = "import os, psutil, sys\n(os.getpid(), ' '.join(psutil.Process().cmdline()), 'torch' in sys.modules)"
     result = run_cell(pool, cell, {})
-    assert len({pid for pid, _ in result.values}) == 2 and os.getpid() not in {pid for pid, _ in result.values}
-    assert all("spawn_main" in cmdline for _, cmdline in result.values)  # multiprocessing spawn, never fork
+    assert len({pid for pid, _, _ in result.values}) == 2 and os.getpid() not in {pid for pid, _, _ in result.values}
+    # never a fork of this process: a fork of the forkserver, a clean interpreter that imported torch
+    assert all("multiprocessing.forkserver" in cmdline for _, cmdline, _ in result.values)
+    assert all(has_torch for _, _, has_torch in result.values)
 
 
 def test_rank0_progress_bar_redraws_in_place(pool: Any) -> None:

@@ -70,3 +70,77 @@ def test_job_on_a_running_pool_leaves_it_running(pool: Any, in_tmp: Path) -> Non
     job.stop()
     assert pool.status.is_live
     assert [r.id for r in ClusterClient().jobs(limit=1)] == [result.job_id]
+
+
+def test_run_env_reaches_every_rank_of_that_run(pool: Any, in_tmp: Path) -> None:
+    from gpugeek_jupyter import ClusterClient
+
+    (in_tmp / "show.py").write_text("import os\nprint(os.environ['RANK'], os.environ['ACCELERATE_USE_CPU'])\n")
+    job = ClusterClient().job_on("jobs")
+    result = job.run(script_path="show.py", env={"ACCELERATE_USE_CPU": "true"}, stream=False)
+    assert result.ok and result.output == ["0 true\n", "1 true\n"]
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"RANK": "3"}, "env={'RANK': '3'}: torchrun's own variables are set by the launcher for each rank and cannot be overridden"),
+        ({"A-B": "1"}, "env={'A-B': '1'}: a name must be letters, digits and '_'"),
+        ({"A": "x\0y"}, "env={'A': 'x\\x00y'}: a value cannot contain a NUL character (e.g. env={'NCCL_DEBUG': 'INFO'})"),
+        ({"A": ["x"]}, "env={'A': ['x']}: a value must be a string, got list"),
+    ],
+)
+def test_run_env_mistakes_name_the_keyword_and_the_value(pool: Any, in_tmp: Path, env: dict[str, Any],
+                                                         message: str) -> None:
+    from gpugeek_jupyter import ClusterClient
+    from gpugeek_jupyter.errors import SpecError
+
+    (in_tmp / "noop.py").write_text("")
+    with pytest.raises(SpecError) as raised:
+        ClusterClient().job_on("jobs").run(script_path="noop.py", env=env)
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+NO_GUARD_SCRIPT = """\
+import os
+from gpugeek_jupyter import ClusterClient
+with open("top-level-runs", "a") as f:
+    f.write(f"{os.getpid()}\\n")
+job = ClusterClient().create_job(gpu_type="cpu", count=2, name="noguard")
+result = job.run(script_path="train.py", env={"WANDB_MODE": "offline"})
+print("RESULT", result.ok, result.returncodes)
+job.stop()
+"""
+
+TRAIN_WITH_LOADER_WORKERS = """\
+import os, torch, torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+dist.init_process_group("gloo")
+ds = TensorDataset(torch.arange(32.0))
+total = torch.tensor([sum(float(b[0].sum()) for b in DataLoader(ds, batch_size=4, num_workers=2, sampler=DistributedSampler(ds)))])
+dist.all_reduce(total)
+print(os.environ["WANDB_MODE"], total.item())
+"""
+
+
+def test_a_plain_script_without_a_main_guard_launches_runs_and_stops(tmp_path: Path) -> None:
+    """The workers never run the launching script's top level again: no guard needed, no phantom pools."""
+    import os
+    import subprocess
+    import sys
+
+    from gpugeek_jupyter.store import Registry
+
+    (tmp_path / "launch.py").write_text(NO_GUARD_SCRIPT)
+    (tmp_path / "train.py").write_text(TRAIN_WITH_LOADER_WORKERS)
+    registry = tmp_path / "registry.sqlite"
+    env = {**os.environ, "GPUGEEK_REGISTRY": str(registry), "PYTHONPATH": str(Path(__file__).parents[2])}
+    done = subprocess.run([sys.executable, "launch.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "RESULT True [0, 0]" in done.stdout
+    assert "[rank 0] offline 496.0" in done.stdout and "[rank 1] offline 496.0" in done.stdout
+    assert len((tmp_path / "top-level-runs").read_text().split()) == 1
+    pools = Registry(registry).list_pools()
+    assert [(p.name, p.status.value) for p in pools] == [("noguard", "stopped")]
+    assert "Traceback" not in done.stderr and "ERROR" not in done.stderr, done.stderr  # success is quiet

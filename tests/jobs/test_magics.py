@@ -68,6 +68,11 @@ def test_line_magic_runs_a_script_with_its_arguments(shell: Any, tmp_path: Path,
         ("%%gpugeek_run --pool nowhere\nrank", "no running pool named 'nowhere'"),
         ("%%gpugeek_run -o 2x\nrank", "-o needs a variable name, got '2x'"),
         ("%%gpugeek_run --script a.py\nrank", "--script is for the line magic"),
+        ("%%gpugeek_run --env =x\nrank", "--env '=x': the name before '=' is missing (e.g. --env NCCL_DEBUG=INFO)"),
+        ("%%gpugeek_run --env NOEQUALS\nrank", "--env 'NOEQUALS': give it as NAME=VALUE (e.g. --env NCCL_DEBUG=INFO)"),
+        ("%%gpugeek_run --env 1A=x\nrank", "--env '1A': a name must be letters, digits and '_'"),
+        ("%%gpugeek_run --env RANK=3\nrank", "--env 'RANK': torchrun's own variables are set by the launcher"),
+        ("%%gpugeek_run --env 'A=x\x00y'\nrank", "--env 'A': a value cannot contain a NUL character"),
         ("import threading\nlock = threading.Lock()\n", None),
         ("%%gpugeek_run\nwith lock:\n    pass", "cannot send 'lock' (a lock) to the workers"),
     ],
@@ -80,6 +85,19 @@ def test_mistakes_are_one_line_usage_errors(shell: Any, line: str, message: str 
     assert not result.success
     error = capsys.readouterr().err
     assert error.startswith("UsageError: ") and message in error and "Traceback" not in error
+
+
+def test_env_option_sets_variables_for_that_cell_only(shell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    probe = "import os\n(os.environ.get('NCCL_DEBUG'), os.environ.get('HF_HOME'))"
+    with_env = run(shell, f"%%gpugeek_run --env NCCL_DEBUG=INFO --env HF_HOME=/data/hf\n{probe}")
+    assert with_env.result == [("INFO", "/data/hf")] * 2
+    assert run(shell, f"%%gpugeek_run\n{probe}").result == [(None, None)] * 2  # put back after the cell
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "show.py").write_text("import os, sys\nprint(os.environ['WANDB_MODE'], sys.argv[1:])\n")
+    assert run(shell, "%gpugeek_run --script show.py --env WANDB_MODE=offline -- --lr 1").success
+    out = capsys.readouterr().out
+    assert "[rank 0] offline ['--lr', '1']\n" in out and "[rank 1] offline ['--lr', '1']\n" in out
 
 
 def test_jobs_magic_lists_the_registry(shell: Any) -> None:

@@ -1,0 +1,110 @@
+"""A rank's child processes: allowed, as under torchrun, and ended with the rank.
+
+dask starts worker processes *daemonic* (``distributed.worker.daemon``), and multiprocessing refuses
+children to daemonic processes (``daemonic processes are not allowed to have children``): every
+``DataLoader(num_workers=N)``, ``multiprocessing.Pool`` and ``ProcessPoolExecutor`` of a job would
+fail. A torchrun rank is an ordinary process, so a rank here clears that flag on its own process
+(:func:`allow_children`). It is cleared on the worker side, so it holds on every backend, attached
+clusters included; the nanny still sees a daemonic child and ends it when the nanny's process exits.
+
+Children must not outlive their job's purpose:
+
+- a job that is cancelled, times out or fails, and every script (its worker is recycled next), ends
+  the processes it started (:func:`end_new_children`);
+- a worker that is ended outright ends its children first (:func:`end_all_children`);
+- children forked from the rank (DataLoader's default) are also asked to die with it by the kernel
+  (``PR_SET_PDEATHSIG``), for a worker killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import multiprocessing
+import multiprocessing.util
+import os
+import signal
+import sys
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_GRACE_S = 2.0
+
+
+class _DeathSignal:
+    """Registered with multiprocessing's after-fork hooks (it keeps a weak reference to this)."""
+
+    def __call__(self) -> None:
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+_death_signal = _DeathSignal()
+_allowed = False
+
+
+def allow_children() -> None:
+    """Let this (worker) process start child processes, which die with it (idempotent)."""
+    global _allowed
+    if _allowed:
+        return
+    # the worker was started by a forkserver, which made that its default start method; a torchrun
+    # rank has the platform's default (fork on Linux before Python 3.14), which DataLoader workers use
+    multiprocessing.set_start_method(None, force=True)
+    process = multiprocessing.current_process()
+    if process.daemon:
+        process.daemon = False  # allowed in the child: only the nanny's copy of the object has started
+    if sys.platform.startswith("linux"):
+        # runs in each child forked through multiprocessing; the parent it watches is the forking
+        # thread, and a rank forks from its rank thread, which lives as long as the worker
+        multiprocessing.util.register_after_fork(_death_signal, _DeathSignal.__call__)
+    _allowed = True
+
+
+def child_pids() -> set[int]:
+    """Every process below this one, now."""
+    import psutil
+
+    try:
+        return {child.pid for child in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+def end_new_children(before: set[int], why: str) -> int:
+    """End the processes below this one that were not there in ``before``; how many there were."""
+    return _end(child_pids() - before, why)
+
+
+def end_all_children(why: str) -> int:
+    return _end(child_pids(), why)
+
+
+def _end(pids: set[int], why: str) -> int:
+    import psutil
+
+    processes = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            processes.append(psutil.Process(pid))
+    if not processes:
+        return 0
+    log.info("ending %d child process(es) of worker %d (%s)", len(processes), os.getpid(), why)
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=_GRACE_S)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=_GRACE_S)
+    _reap_multiprocessing_children()
+    return len(processes)
+
+
+def _reap_multiprocessing_children() -> None:
+    """Let multiprocessing forget the ended ones (else its exit handler would wait for them)."""
+    with contextlib.suppress(Exception):
+        multiprocessing.active_children()

@@ -1,0 +1,81 @@
+"""Where the worker processes of local pools come from: one forkserver with torch imported.
+
+dask's nanny starts each worker process with multiprocessing (the method is dask's
+``distributed.worker.multiprocessing-method``). With dask's default, *spawn*, every worker is a fresh
+interpreter that pays the torch import (~1.4 s here) and first re-runs the launching program's
+``__main__``: a script without an ``if __name__ == "__main__":`` guard would launch pools from inside
+its own workers.
+
+Local pools use dask's *forkserver* method instead. The forkserver is started once per launching
+process (kernel, script or server), in the background as soon as this package is loaded there; it
+imports distributed, torch and :mod:`._forkserver_preload` (which keeps the launching program's
+``__main__`` out of dask workers) and never touches CUDA, so a worker forked from it starts in
+~0.1 s with torch already imported. Its environment is the launching process's when it started;
+the nanny then applies each pool's worker environment.
+
+The method is process-wide dask configuration (dask reads it again at each worker restart), so
+other dask clusters this process makes with nannies use the same server; their workers gain the
+same speed-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+
+log = logging.getLogger(__name__)
+
+_TORCH_MODULES = ("torch", "torch.distributed")
+DASK_WORKER_PROCESS_NAME = "Dask Worker process (from Nanny)"  # distributed.nanny.WorkerProcess.start
+WARM_UP_PROCESS_NAME = "gpugeek forkserver warm-up"  # warm_up's first child
+_lock = threading.Lock()
+_configured = False
+_warming: threading.Thread | None = None
+
+
+def forkserver_preload(preload_torch: bool) -> list[str]:
+    """The modules the forkserver imports before it forks any worker."""
+    modules = ["distributed", "gpugeek_jupyter.pools._forkserver_preload"]
+    return modules + list(_TORCH_MODULES) if preload_torch else modules
+
+
+def use_forkserver(preload_torch: bool = True) -> None:
+    """Make dask start worker processes from the pool forkserver (idempotent)."""
+    global _configured
+    with _lock:
+        if _configured:
+            return
+        import dask
+        from distributed.utils import get_mp_context
+
+        dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+        context = get_mp_context()  # dask's own preload list is set on first use; ours replaces it
+        context.set_forkserver_preload(forkserver_preload(preload_torch))
+        _configured = True
+
+
+def warm_up(preload_torch: bool = True) -> threading.Thread:
+    """Start the forkserver in the background and wait there until it has imported torch; also import
+    the scheduler's dashboard here. The first pool then starts at once. Returns the thread."""
+    global _warming
+    use_forkserver(preload_torch)
+    with _lock:
+        if _warming is None:
+            _warming = threading.Thread(target=_ensure_running, name="gpugeek-forkserver", daemon=True)
+            _warming.start()
+        return _warming
+
+
+def _ensure_running() -> None:
+    try:
+        # a first child, forked once the server has imported its preload: then it is ready
+        probe = multiprocessing.get_context("forkserver").Process(target=int, name=WARM_UP_PROCESS_NAME, daemon=True)
+        probe.start()
+        probe.join(timeout=120)
+    except Exception as e:  # the first worker start tries again and reports it
+        log.warning("could not start the pool forkserver in advance: %s", e)
+    try:
+        import distributed.dashboard.scheduler  # noqa: F401  (bokeh: ~1 s of a scheduler's start)
+    except Exception as e:
+        log.info("the dashboard could not be imported in advance: %s", e)
