@@ -117,3 +117,22 @@ def build_worker_env(
 def error_file_path(base_dir: str, run_id: str, restart_count: int, rank: int) -> str:
     """torchrun's layout for ``TORCHELASTIC_ERROR_FILE``: ``<base>/<run_id>/attempt_<n>/<rank>/error.json``."""
     return f"{base_dir.rstrip('/')}/{run_id}/attempt_{restart_count}/{rank}/error.json"
+
+
+COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def compile_cache_env(pool_name: str, parent_env: Mapping[str, str], home: str) -> dict[str, str]:
+    """A persistent ``torch.compile`` cache per pool: inductor's and triton's directories.
+
+    ``$XDG_CACHE_HOME/gpugeek-jupyter/compile/<pool>/{inductor,triton}`` (``~/.cache`` without it), so
+    a cell compiled once is served from the cache when it runs again, after its worker was recycled,
+    and in a pool launched again under the same name. Variables the worker already has are kept.
+
+    >>> compile_cache_env("dev", {}, "/home/ada")["TORCHINDUCTOR_CACHE_DIR"]
+    '/home/ada/.cache/gpugeek-jupyter/compile/dev/inductor'
+    """
+    root = parent_env.get("XDG_CACHE_HOME") or f"{home.rstrip('/')}/.cache"
+    base = f"{root}/gpugeek-jupyter/compile/{pool_name or 'default'}"
+    wanted = {"TORCHINDUCTOR_CACHE_DIR": f"{base}/inductor", "TRITON_CACHE_DIR": f"{base}/triton"}
+    return {key: value for key, value in wanted.items() if key not in parent_env}

@@ -48,6 +48,7 @@ class RankJob:
     launch: str = ""  # unique per launch: events of an earlier launch of the same job are told apart
     cuda_visible: dict[str, str | None] = field(default_factory=dict)  # by worker address (GPU pools)
     env: dict[str, str] = field(default_factory=dict)  # the job's own variables, set in every rank
+    pool: str = ""  # the pool's name (its compile cache is named after it)
 
 
 @dataclass

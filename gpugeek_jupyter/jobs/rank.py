@@ -44,7 +44,7 @@ from typing import Any
 from . import capture, children
 from .capture import Forwarder
 from .diagnose import describe_stack, format_user_traceback, is_peer_failure, one_line
-from .env import TORCHRUN_VARIABLES, build_worker_env, error_file_path
+from .env import TORCHRUN_VARIABLES, build_worker_env, compile_cache_env, error_file_path
 from .layout import RankSlot
 from .payload import OUTPUT_TOPIC, CellCode, RankJob, RankOutcome, ScriptCode
 
@@ -277,6 +277,7 @@ def _execute(job: RankJob, slot: RankSlot, cuda_visible: str | None, active: _Ac
         os.makedirs(error_dir, exist_ok=True)
     active.filename = job.code.abspath if isinstance(job.code, ScriptCode) else job.code.filename
     _apply_environment(env)
+    os.environ.update(compile_cache_env(job.pool, _runtime.parent_env, os.path.expanduser("~")))
     restore_job_env = _apply_job_environment(job.env)
     try:
         with capture.captured(forwarder):

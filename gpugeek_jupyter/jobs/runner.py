@@ -272,6 +272,7 @@ class PoolRunner:
             launch=secrets.token_hex(4),
             cuda_visible={a: v for a, v in self.cuda_visible.items() if v is not None},
             env=dict(request.env),
+            pool=self.pool.name,
         )
         blob = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)  # plain data; names are cloudpickled inside
         watch = AttemptWatch(self, job_id, job.launch, layout, events, deadline, request.timeout, on_output, outputs)

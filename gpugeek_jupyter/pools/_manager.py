@@ -136,6 +136,7 @@ class PoolManager:
 
     def launch(self, spec: PoolSpec, on_progress: ProgressCallback | None = None) -> Pool:
         """Start a pool for ``spec``, register it and make it the current pool."""
+        _refuse_inside_a_reimported_main()
         backend = backend_for(spec.backend)
         backend.preflight(spec)
         config = get_config()
@@ -329,6 +330,20 @@ class PoolManager:
 
 _manager: PoolManager | None = None
 _manager_lock = threading.Lock()
+
+
+def _refuse_inside_a_reimported_main() -> None:
+    """A child process that multiprocessing is preparing re-runs its parent's ``__main__``; a launch
+    there would start a pool per child. Local pools never get there (their workers skip that step,
+    see :mod:`.worker_origin`); a program's own spawn-started children, or a platform without the
+    forkserver method (Windows), still can: fail at once, naming the fix."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise PoolStartError(
+            "a pool cannot be launched while multiprocessing re-runs the main script in a child process; "
+            "put the launch under `if __name__ == \"__main__\":`"
+        )
 
 
 def create_pool_manager(registry: Registry | None = None, owner: str | None = None) -> PoolManager:

@@ -59,16 +59,17 @@ def warm_up(preload_torch: bool = True) -> threading.Thread:
     """Start the forkserver in the background and wait there until it has imported torch; also import
     the scheduler's dashboard here. The first pool then starts at once. Returns the thread."""
     global _warming
-    use_forkserver(preload_torch)
     with _lock:
         if _warming is None:
-            _warming = threading.Thread(target=_ensure_running, name="gpugeek-forkserver", daemon=True)
+            _warming = threading.Thread(target=_ensure_running, args=(preload_torch,), name="gpugeek-forkserver",
+                                        daemon=True)
             _warming.start()
         return _warming
 
 
-def _ensure_running() -> None:
+def _ensure_running(preload_torch: bool) -> None:
     try:
+        use_forkserver(preload_torch)  # imports distributed: here, so that %load_ext stays instant
         # a first child, forked once the server has imported its preload: then it is ready
         probe = multiprocessing.get_context("forkserver").Process(target=int, name=WARM_UP_PROCESS_NAME, daemon=True)
         probe.start()

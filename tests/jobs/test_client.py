@@ -144,3 +144,17 @@ def test_a_plain_script_without_a_main_guard_launches_runs_and_stops(tmp_path: P
     pools = Registry(registry).list_pools()
     assert [(p.name, p.status.value) for p in pools] == [("noguard", "stopped")]
     assert "Traceback" not in done.stderr and "ERROR" not in done.stderr, done.stderr  # success is quiet
+
+
+def test_a_launch_while_multiprocessing_reruns_the_main_script_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+    import time
+
+    from gpugeek_jupyter import ClusterClient
+    from gpugeek_jupyter.errors import PoolStartError
+
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    started = time.monotonic()
+    with pytest.raises(PoolStartError, match='put the launch under `if __name__ == "__main__":`'):
+        ClusterClient().create_job(gpu_type="cpu", count=2)
+    assert time.monotonic() - started < 5

@@ -124,3 +124,28 @@ def test_importing_the_job_modules_imports_neither_torch_nor_dask() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_compile_cache_is_per_pool_under_the_cache_home_and_keeps_the_workers_own() -> None:
+    from gpugeek_jupyter.jobs.env import compile_cache_env
+
+    assert compile_cache_env("dev", {}, "/home/ada/") == {
+        "TORCHINDUCTOR_CACHE_DIR": "/home/ada/.cache/gpugeek-jupyter/compile/dev/inductor",
+        "TRITON_CACHE_DIR": "/home/ada/.cache/gpugeek-jupyter/compile/dev/triton",
+    }
+    assert compile_cache_env("dev", {"XDG_CACHE_HOME": "/scratch"}, "/h")["TRITON_CACHE_DIR"] == (
+        "/scratch/gpugeek-jupyter/compile/dev/triton")
+    assert compile_cache_env("dev", {"TORCHINDUCTOR_CACHE_DIR": "/mine"}, "/h").keys() == {"TRITON_CACHE_DIR"}
+
+
+def test_job_env_accepts_strings_and_numbers_and_refuses_launcher_variables() -> None:
+    from gpugeek_jupyter.jobs.env import TORCHRUN_VARIABLES
+    from gpugeek_jupyter.jobs.job_env import JobEnvError, check_job_env, parse_assignments
+
+    assert check_job_env({"NCCL_DEBUG": "INFO", "SEED": 3}) == {"NCCL_DEBUG": "INFO", "SEED": "3"}
+    assert parse_assignments(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
+    for name in (*TORCHRUN_VARIABLES, "CUDA_VISIBLE_DEVICES"):
+        with pytest.raises(JobEnvError, match="torchrun's own variables"):
+            check_job_env({name: "1"})
+    with pytest.raises(JobEnvError, match="mapping"):
+        check_job_env(["A=1"])  # type: ignore[arg-type]
