@@ -6,7 +6,7 @@ TORCH_PIN ?= torch==2.13.0
 LAB_PORT ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab demo test browser bench clean
+.PHONY: setup lab demo test fuzz browser bench clean
 
 # A virtual environment with torch pinned to the CPU wheel this machine installs, and the package
 # (its labextension is built by hatch-jupyter-builder during the install) with test extras.
@@ -34,6 +34,10 @@ browser:
 test: setup browser
 	cd labextension && ../$(VENV)/bin/jlpm test
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# The property tests with fresh random examples (make test runs them derandomized, the same every time).
+fuzz: setup
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider tests/faults/test_bad_magic_input.py tests/server/test_bad_input.py tests/cost/test_ledger.py
 
 bench: setup
 	bench/run

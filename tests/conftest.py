@@ -14,6 +14,19 @@ REPO = Path(__file__).resolve().parents[1]
 pytest_plugins = ["pytest_jupyter.jupyter_server"]  # jp_fetch etc. for tests/server; pytest allows it only here
 
 
+def _hypothesis_profiles() -> None:
+    """Property tests are derandomized (the same examples every run) unless HYPOTHESIS_PROFILE=fuzz
+    (``make fuzz``): a suite that can fail by chance is not a check."""
+    from hypothesis import settings
+
+    settings.register_profile("deterministic", derandomize=True, database=None, print_blob=True)
+    settings.register_profile("fuzz", derandomize=False, database=None, print_blob=True)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
+
+
+_hypothesis_profiles()
+
+
 @pytest.fixture(autouse=True)
 def isolated_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Every test gets its own registry file and fresh settings, also in subprocesses it starts."""
