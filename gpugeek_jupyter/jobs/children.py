@@ -64,13 +64,38 @@ def allow_children() -> None:
 
 
 def child_pids() -> set[int]:
-    """Every process below this one, now."""
-    import psutil
-
+    """Every process below this one, now (called before every job: cheap on Linux)."""
     try:
-        return {child.pid for child in psutil.Process().children(recursive=True)}
-    except psutil.Error:
-        return set()
+        return _descendants_from_proc(os.getpid())
+    except OSError:  # no /proc/<pid>/task/<tid>/children (not Linux, or an old kernel)
+        import psutil
+
+        try:
+            return {child.pid for child in psutil.Process().children(recursive=True)}
+        except psutil.Error:
+            return set()
+
+
+def _descendants_from_proc(pid: int) -> set[int]:
+    """Linux's own list of each thread's children, followed down: a few small reads, where psutil
+    would scan every process of the machine (~3 ms here)."""
+    found: set[int] = set()
+    pending = [pid]
+    while pending:
+        parent = pending.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except FileNotFoundError:
+            continue  # ended meanwhile
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    kids = {int(k) for k in f.read().split()}
+            except FileNotFoundError:
+                continue
+            pending.extend(kids - found)
+            found |= kids
+    return found
 
 
 def end_new_children(before: set[int], why: str) -> int:

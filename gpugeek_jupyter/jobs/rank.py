@@ -94,6 +94,9 @@ class _Runtime:
         # thread that waits for the GIL (it still has to drop a work item captured during backward),
         # and the whole worker freezes
         self.script_leftovers: list[Any] = []
+        # the processes below this worker between jobs, taken after each job has answered (off the
+        # critical path): a job that fails ends those it started, and only those
+        self.known_children: set[int] | None = None
 
     def busy(self) -> bool:
         return _running(self.active)
@@ -171,6 +174,7 @@ async def run_rank(job_blob: bytes, dask_worker: Any = None) -> RankOutcome:
             if outcome.status != "ok":
                 _report_end(dask_worker, job, outcome)
             loop.call_soon_threadsafe(finish, outcome)
+            _runtime.known_children = children.child_pids()
 
     capture.install(threading.get_ident())
     active.thread = _rank_thread()
@@ -270,7 +274,9 @@ def _execute(job: RankJob, slot: RankSlot, cuda_visible: str | None, active: _Ac
     if cuda_visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible
     children.allow_children()
-    children_before = children.child_pids()
+    if _runtime.known_children is None:
+        _runtime.known_children = children.child_pids()
+    children_before = _runtime.known_children
     is_script = isinstance(job.code, ScriptCode)
     error_dir = os.path.dirname(env["TORCHELASTIC_ERROR_FILE"])
     if is_script:  # for torch's @record; a few ms of file system work, so only where scripts use it

@@ -11,6 +11,7 @@ workers skip that step; any other child of this server is prepared as usual.
 from __future__ import annotations
 
 import multiprocessing.spawn as _spawn
+from collections.abc import Mapping
 from typing import Any
 
 from .worker_origin import DASK_WORKER_PROCESS_NAME, WARM_UP_PROCESS_NAME
@@ -20,7 +21,7 @@ _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
 _prepare = _spawn.prepare
 
 
-def _prepare_without_main(data: dict[str, Any]) -> None:
+def _prepare_without_main(data: Mapping[str, Any]) -> None:
     if data.get("name") in _WITHOUT_MAIN:
         data = {key: value for key, value in data.items() if key not in _MAIN_KEYS}
     _prepare(data)
