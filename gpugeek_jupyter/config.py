@@ -10,10 +10,31 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from traitlets import Bool, Dict, Float, Integer, List, Unicode, default
-from traitlets.config import Configurable
+from typing import Any
+
+from traitlets import Bool, Dict, Float, List, Unicode, default
+from traitlets.config import Config, Configurable
 
 BACKENDS = ("local", "kubernetes", "address")
+
+# trait -> the environment variable that sets it (below config files and the server's config)
+ENVIRONMENT = {
+    "default_backend": "GPUGEEK_BACKEND",
+    "registry_path": "GPUGEEK_REGISTRY",
+    "price_file": "GPUGEEK_PRICE_FILE",
+    "idle_timeout_minutes": "GPUGEEK_IDLE_TIMEOUT",
+    "heartbeat_seconds": "GPUGEEK_HEARTBEAT",
+    "lost_after_seconds": "GPUGEEK_LOST_AFTER",
+    "worker_start_timeout": "GPUGEEK_WORKER_START_TIMEOUT",
+    "worker_death_timeout": "GPUGEEK_WORKER_DEATH_TIMEOUT",
+    "bind_host": "GPUGEEK_BIND_HOST",
+    "telemetry_period_seconds": "GPUGEEK_TELEMETRY_PERIOD",
+    "kubernetes_namespace": "GPUGEEK_NAMESPACE",
+    "kubernetes_spot_preset": "GPUGEEK_SPOT_PRESET",
+    "api_key": "GPUGEEK_API_KEY",
+    "preload_torch": "GPUGEEK_PRELOAD_TORCH",
+    "bokehjs": "GPUGEEK_BOKEHJS",
+}
 
 
 class GpugeekConfig(Configurable):
@@ -78,72 +99,41 @@ class GpugeekConfig(Configurable):
         "internet). Env: GPUGEEK_BOKEHJS."
     ).tag(config=True)
 
-    @default("bokehjs")
-    def _default_bokehjs(self) -> str:
-        return os.environ.get("GPUGEEK_BOKEHJS", "inline")
-
-    @default("default_backend")
-    def _default_backend(self) -> str:
-        return os.environ.get("GPUGEEK_BACKEND", "local")
-
     @default("registry_path")
     def _default_registry_path(self) -> str:
-        if os.environ.get("GPUGEEK_REGISTRY"):
-            return os.environ["GPUGEEK_REGISTRY"]
         from jupyter_core.paths import jupyter_runtime_dir  # a path helper only, no Jupyter machinery
 
         return str(Path(jupyter_runtime_dir()) / "gpugeek.sqlite")
 
-    @default("price_file")
-    def _default_price_file(self) -> str:
-        return os.environ.get("GPUGEEK_PRICE_FILE", "")
-
-    @default("idle_timeout_minutes")
-    def _default_idle(self) -> float:
-        return float(os.environ.get("GPUGEEK_IDLE_TIMEOUT", 0.0))
-
-    @default("heartbeat_seconds")
-    def _default_heartbeat(self) -> float:
-        return float(os.environ.get("GPUGEEK_HEARTBEAT", 2.0))
-
-    @default("lost_after_seconds")
-    def _default_lost_after(self) -> float:
-        return float(os.environ.get("GPUGEEK_LOST_AFTER", 15.0))
-
-    @default("worker_start_timeout")
-    def _default_worker_start_timeout(self) -> float:
-        return float(os.environ.get("GPUGEEK_WORKER_START_TIMEOUT", 120.0))
-
-    @default("worker_death_timeout")
-    def _default_worker_death_timeout(self) -> float:
-        return float(os.environ.get("GPUGEEK_WORKER_DEATH_TIMEOUT", 20.0))
-
-    @default("bind_host")
-    def _default_bind_host(self) -> str:
-        return os.environ.get("GPUGEEK_BIND_HOST", "127.0.0.1")
-
-    @default("telemetry_period_seconds")
-    def _default_telemetry_period(self) -> float:
-        return float(os.environ.get("GPUGEEK_TELEMETRY_PERIOD", 1.0))
-
-    @default("kubernetes_namespace")
-    def _default_namespace(self) -> str:
-        return os.environ.get("GPUGEEK_NAMESPACE", "default")
-
-    @default("kubernetes_spot_preset")
-    def _default_spot_preset(self) -> str:
-        return os.environ.get("GPUGEEK_SPOT_PRESET", "gke")
-
-    @default("api_key")
-    def _default_api_key(self) -> str:
-        return os.environ.get("GPUGEEK_API_KEY", "")
-
-    @default("preload_torch")
-    def _default_preload_torch(self) -> bool:
-        return os.environ.get("GPUGEEK_PRELOAD_TORCH", "1").lower() not in ("0", "false", "no")
+    def __init__(self, **kwargs: Any) -> None:
+        # precedence, lowest first: defaults, GPUGEEK_* variables, config (files, the server's), kwargs
+        parent = kwargs.get("parent")
+        given = kwargs.pop("config", None)
+        if given is None:
+            given = parent.config if parent is not None else Config()
+        config = Config({"GpugeekConfig": environment_settings()})
+        config.merge(given)
+        super().__init__(config=config, **kwargs)
 
     def __repr__(self) -> str:  # the api_key must never be shown
         return f"GpugeekConfig(default_backend={self.default_backend!r}, registry_path={self.registry_path!r})"
+
+
+def environment_settings(environ: Any = None) -> dict[str, Any]:
+    """The settings given by ``GPUGEEK_*`` variables, parsed as traitlets parses command-line values."""
+    environ = os.environ if environ is None else environ
+    traits = GpugeekConfig.class_traits()
+    settings: dict[str, Any] = {}
+    for name, variable in ENVIRONMENT.items():
+        raw = environ.get(variable)
+        if raw in (None, ""):
+            continue
+        trait = traits[name]
+        if isinstance(trait, Bool):  # traitlets reads only true/false; "0"/"no" are common here too
+            settings[name] = raw.strip().lower() not in ("0", "false", "no", "off")
+        else:
+            settings[name] = trait.from_string(raw)
+    return settings
 
 
 _config: GpugeekConfig | None = None
