@@ -6,7 +6,7 @@ TORCH_PIN ?= torch==2.13.0
 LAB_PORT ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab demo test fuzz browser bench clean
+.PHONY: setup lab demo check test fuzz browser bench clean
 
 # A virtual environment with torch pinned to the CPU wheel this machine installs, and the package
 # (its labextension is built by hatch-jupyter-builder during the install) with test extras.
@@ -31,7 +31,15 @@ demo: setup
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: setup browser
+# Static checks first (seconds), then the tests: lint and types of both halves, the layers contract.
+check: setup
+	$(VENV)/bin/ruff check gpugeek_jupyter tests bench
+	$(VENV)/bin/ruff format --check gpugeek_jupyter tests bench
+	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
+	cd labextension && ../$(VENV)/bin/jlpm typecheck && ../$(VENV)/bin/jlpm lint
+
+test: setup browser check
 	cd labextension && ../$(VENV)/bin/jlpm test
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from gpugeek_jupyter.cost.ledger import pool_cost
-from gpugeek_jupyter.cost.rates import prices_in_force
+from gpugeek_jupyter.pricing import prices_in_force
 from gpugeek_jupyter.spec import PoolSpec
 from gpugeek_jupyter.store import PoolStatus, Registry
 

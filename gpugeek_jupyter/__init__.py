@@ -50,14 +50,14 @@ def __getattr__(name: str) -> Any:
 
 def current_pool() -> Pool | None:
     """The pool the magics use now (the last launched or ``%gpugeek_use``-d one), or None."""
-    from .pools import get_pool_manager
+    from .runtime import get_pool_manager
 
     return get_pool_manager().current
 
 
 def list_pools(live_only: bool = False) -> list[PoolRecord]:
     """Every pool in the registry, whoever made it: records with ``.name``, ``.status``, ``.spec``."""
-    from .pools import list_pools as _list_pools
+    from .runtime import list_pools as _list_pools
 
     return _list_pools(live_only=live_only)
 
@@ -67,10 +67,12 @@ def launch(**options: Any) -> Pool:
 
     >>> pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, name="dev")   # doctest: +SKIP
     """
-    from .pools import launch_pool
+    from .errors import Surface, phrased_for
+    from .runtime import launch_pool
     from .spec import PoolSpec
 
-    return launch_pool(PoolSpec.create(**options))
+    with phrased_for(Surface.PYTHON):  # errors name keyword arguments: count=4, not --count 4
+        return launch_pool(PoolSpec.create(**options))
 
 
 def load_ipython_extension(ipython: Any) -> None:

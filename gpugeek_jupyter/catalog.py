@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecError
+from .errors import Phrase, SpecError
 
 CPU = "cpu"
 
@@ -85,8 +85,11 @@ class Catalog:
         key = self._aliases.get(str(name).strip().lower())
         if key is None:
             raise SpecError(
-                f"unknown GPU type '{name}' (choose one of {', '.join(self.gpus)}; e.g. --gpu-type A100-80GB)",
+                Phrase("unknown GPU type {value} (choose {rule}; e.g. {example})"),
                 field="gpu_type",
+                value=name,
+                rule=f"one of {', '.join(self.gpus)}",
+                example="A100-80GB",
             )
         return self.gpus[key]
 
@@ -95,9 +98,11 @@ class Catalog:
             return self.frameworks[framework]
         except KeyError:
             raise SpecError(
-                f"unknown framework '{framework}' (choose one of {', '.join(self.frameworks)}; "
-                f'e.g. --framework "{self.default_framework}")',
+                Phrase("unknown framework {value} (choose {rule}; e.g. {example})"),
                 field="framework",
+                value=framework,
+                rule=f"one of {', '.join(self.frameworks)}",
+                example=self.default_framework,
             ) from None
 
     def identify_nvml_name(self, nvml_name: str) -> GpuType | None:
@@ -132,9 +137,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
-        raise SpecError(f"price file '{path}' does not exist (e.g. GPUGEEK_PRICE_FILE=~/prices.toml)") from None
+        raise SpecError(f"price file {str(path)!r} does not exist (e.g. GPUGEEK_PRICE_FILE=~/prices.toml)") from None
     except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"price file '{path}' is not valid TOML: {e}") from e
+        raise SpecError(f"price file {str(path)!r} is not valid TOML: {e}") from e
 
 
 def _build(raw: dict[str, Any]) -> Catalog:
@@ -152,7 +157,7 @@ def _build(raw: dict[str, Any]) -> Catalog:
                 power_watts=float(row.get("power_watts", 0.0)),
             )
         except KeyError as e:
-            raise SpecError(f"catalog entry '{name}' lacks the key {e} (see gpugeek_jupyter/data/catalog.toml)") from e
+            raise SpecError(f"catalog entry {name!r} lacks the key {e} (see gpugeek_jupyter/data/catalog.toml)") from e
     frameworks = {k: v for k, v in raw.get("frameworks", {}).items() if k != "default"}
     meta = raw.get("meta", {})
     return Catalog(

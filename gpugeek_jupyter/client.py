@@ -8,7 +8,7 @@
 >>> job.stop()                                                                  # doctest: +SKIP
 
 The API key is read from ``GPUGEEK_API_KEY`` when not given, and is never shown: not in a repr, a
-log line or an error message.
+log line or an error message. Errors are phrased with keyword arguments (``count=4``, ``env={...}``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from .jobs.result import JobResult
     from .pools import Pool
     from .store import JobRecord
+
+from .errors import Surface, phrased_for
 
 log = logging.getLogger(__name__)
 
@@ -82,18 +84,20 @@ class ClusterClient:
         ``pool_options`` are the pool's other options (``name``, ``backend``, ``spot_fraction``,
         ``budget``, ``idle_timeout``, ``address``, ...), as for ``%gpugeek_launch``.
         """
-        from .pools import get_pool_manager
+        from .runtime import get_pool_manager
         from .spec import PoolSpec
 
-        spec = PoolSpec.create(gpu_type=gpu_type, count=count, interconnect=interconnect, framework=framework, **pool_options)
-        pool = get_pool_manager().launch(spec)
+        with phrased_for(Surface.PYTHON):
+            spec = PoolSpec.create(gpu_type=gpu_type, count=count, interconnect=interconnect, framework=framework, **pool_options)
+            pool = get_pool_manager().launch(spec)
         return Job(pool, owns_pool=True)
 
     def job_on(self, pool_name: str) -> Job:
         """A ``Job`` on a running pool (launched here, in another kernel, or attached by address)."""
-        from .pools import get_pool_manager
+        from .runtime import get_pool_manager
 
-        return Job(get_pool_manager().get(pool_name), owns_pool=False)
+        with phrased_for(Surface.PYTHON):
+            return Job(get_pool_manager().get(pool_name), owns_pool=False)
 
     def jobs(self, limit: int = 50) -> list[JobRecord]:
         """The newest job records of the registry, every pool and kernel included."""
@@ -142,28 +146,23 @@ class Job:
         on every backend; torchrun's own variables cannot be overridden.
         """
         from .jobs import run_script
-        from .jobs.job_env import JobEnvError, check_job_env
+        from .jobs.job_env import check_job_env
         from .jobs.output import LabelledWriter
 
-        try:
+        with phrased_for(Surface.PYTHON):
             env = check_job_env(env)
-        except JobEnvError as e:
-            raise JobEnvError(e.rule, e.name, e.value, message=(
-                f"env={{{e.name!r}: {e.value!r}}}: {e.rule} (e.g. env={{'NCCL_DEBUG': 'INFO'}})"
-            )) from None
-
-        output = on_output if on_output is not None else (LabelledWriter() if stream else None)
-        result = run_script(
-            self.pool,
-            script_path,
-            args=args,
-            hyperparams=hyperparams,
-            timeout=timeout,
-            max_restarts=max_restarts,
-            stream=stream,
-            on_output=output,
-            env=env,
-        )
+            output = on_output if on_output is not None else (LabelledWriter() if stream else None)
+            result = run_script(
+                self.pool,
+                script_path,
+                args=args,
+                hyperparams=hyperparams,
+                timeout=timeout,
+                max_restarts=max_restarts,
+                stream=stream,
+                on_output=output,
+                env=env,
+            )
         self.results.append(result)
         if result.status.value == "cancelled":
             raise KeyboardInterrupt(result.failure)

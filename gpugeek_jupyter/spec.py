@@ -1,7 +1,9 @@
 """``PoolSpec``: what a user asks for, validated once, in one place.
 
 Magics, the Python API and the server's launch route all build a spec with :func:`PoolSpec.create`,
-so one rule gives one message everywhere. Every message names the bad value and a valid example.
+so one rule gives one error everywhere, phrased by the surface that shows it (``count=4``,
+``--count 4`` or ``"count": 4``; see :mod:`.errors`). Every message names the bad value (its
+``repr()``) and a valid example.
 
 >>> PoolSpec.create(gpu_type="cpu", count="2", name="dev").count
 2
@@ -17,7 +19,7 @@ from typing import Any
 
 from .catalog import load_catalog
 from .config import BACKENDS, get_config
-from .errors import SpecError
+from .errors import Phrase, Setting, SpecError
 
 MAX_COUNT = 1024
 NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1123 label, usable on Kubernetes
@@ -106,9 +108,9 @@ class PoolSpec:
             framework=framework_value,
             backend=backend_value,
             spot_fraction=_check_fraction(spot_fraction),
-            budget=_check_nonnegative(budget, "budget", "--budget 200", allow_none=True),
-            idle_timeout=_check_nonnegative(idle_timeout, "idle_timeout", "--idle-timeout 20", allow_none=True),
-            price=_check_nonnegative(price, "price", "--price 2.10", allow_none=True),
+            budget=_check_nonnegative(budget, "budget", 200, allow_none=True),
+            idle_timeout=_check_nonnegative(idle_timeout, "idle_timeout", 20, allow_none=True),
+            price=_check_nonnegative(price, "price", 2.1, allow_none=True),
             address=address_value,
             namespace=namespace_value,
             image=str(image) if image not in (None, "") else None,
@@ -124,9 +126,10 @@ def _check_name(name: Any) -> str:
     text = str(name).strip()
     if not NAME_PATTERN.match(text):
         raise SpecError(
-            f"pool name '{name}' must be lowercase letters, digits and '-', 1-63 characters, "
-            f"starting and ending with a letter or digit (e.g. --name dev)",
             field="name",
+            value=name,
+            rule="lowercase letters, digits and '-', 1-63 characters, starting and ending with a letter or digit",
+            example="dev",
         )
     return text
 
@@ -139,16 +142,14 @@ def _check_count(count: Any) -> int:
     if isinstance(count, float) and not count.is_integer():
         value = -1
     if isinstance(count, bool) or not 1 <= value <= MAX_COUNT:
-        raise SpecError(f"--count must be a whole number from 1 to {MAX_COUNT}, got '{count}' (e.g. --count 4)", field="count")
+        raise SpecError(field="count", value=count, rule=f"a whole number from 1 to {MAX_COUNT}", example=4)
     return value
 
 
 def _check_backend(backend: Any) -> str:
     text = str(backend).strip().lower()
     if text not in BACKENDS:
-        raise SpecError(
-            f"unknown backend '{backend}' (choose one of {', '.join(BACKENDS)}; e.g. --backend local)", field="backend"
-        )
+        raise SpecError(field="backend", value=backend, rule=f"one of {', '.join(BACKENDS)}", example="local")
     return text
 
 
@@ -159,9 +160,7 @@ def _check_interconnect(interconnect: Any, gpu_name: str, allowed: tuple[str, ..
     value = by_lower.get(str(interconnect).strip().lower())
     if value is None:
         raise SpecError(
-            f"interconnect '{interconnect}' is not offered for {gpu_name} "
-            f"(choose one of {', '.join(allowed)}; e.g. --interconnect {allowed[0]})",
-            field="interconnect",
+            field="interconnect", value=interconnect, rule=f"one of {', '.join(allowed)} for {gpu_name}", example=allowed[0]
         )
     return value
 
@@ -181,19 +180,16 @@ def _check_fraction(value: Any) -> float:
         return 0.0
     number = _as_float(value)
     if number is None or not 0.0 <= number <= 1.0:
-        raise SpecError(
-            f"--spot-fraction must be a number from 0 to 1, got '{value}' (e.g. --spot-fraction 0.7)", field="spot_fraction"
-        )
+        raise SpecError(field="spot_fraction", value=value, rule="a number from 0 to 1", example=0.7)
     return number
 
 
-def _check_nonnegative(value: Any, field: str, example: str, allow_none: bool) -> float | None:
+def _check_nonnegative(value: Any, field: str, example: float, allow_none: bool) -> float | None:
     if value in (None, "") and allow_none:
         return None
     number = _as_float(value)
     if number is None or number < 0:
-        flag = "--" + field.replace("_", "-")
-        raise SpecError(f"{flag} must be a number >= 0, got '{value}' (e.g. {example})", field=field)
+        raise SpecError(field=field, value=value, rule="a number >= 0", example=example)
     return number
 
 
@@ -202,9 +198,7 @@ def _check_base_pricing(value: Any) -> str:
         return "on_demand"
     text = str(value).strip().lower().replace("-", "_")
     if text not in ("on_demand", "reserved"):
-        raise SpecError(
-            f"pricing '{value}' must be on-demand or reserved (e.g. --pricing reserved)", field="base_pricing"
-        )
+        raise SpecError(field="base_pricing", value=value, rule="on-demand or reserved", example="reserved")
     return text
 
 
@@ -212,18 +206,27 @@ def _check_address(address: Any, backend: str) -> str | None:
     if backend != "address":
         if address not in (None, ""):
             raise SpecError(
-                f"--address '{address}' only applies to --backend address (e.g. --backend address --address tcp://10.0.0.5:8786)",
+                Phrase("{field} {value} only applies to {backend} (e.g. {example})", backend=Setting(backend="address")),
                 field="address",
+                value=address,
+                rule="only with backend 'address'",
+                example=Setting(backend="address", address="tcp://10.0.0.5:8786"),
             )
         return None
     if address in (None, ""):
-        raise SpecError("--backend address needs --address (e.g. --address tcp://127.0.0.1:8786)", field="address")
+        raise SpecError(
+            Phrase("{backend} needs {field} (e.g. {example})", backend=Setting(backend="address")),
+            field="address",
+            value=address,
+            rule="needed with backend 'address'",
+            example="tcp://127.0.0.1:8786",
+        )
     text = str(address).strip()
     if "://" not in text:
         text = "tcp://" + text
     if not ADDRESS_PATTERN.match(text) or not re.search(r":\d+$", text):
         raise SpecError(
-            f"--address '{address}' is not a scheduler address (e.g. --address tcp://127.0.0.1:8786)", field="address"
+            field="address", value=address, rule="a dask scheduler address, scheme://host:port", example="tcp://127.0.0.1:8786"
         )
     return text
 
@@ -234,7 +237,9 @@ def _check_namespace(namespace: Any, backend: str, default_namespace: str) -> st
     text = str(namespace).strip() if namespace not in (None, "") else default_namespace
     if not NAME_PATTERN.match(text):
         raise SpecError(
-            f"namespace '{namespace}' must be a DNS-1123 label: lowercase letters, digits and '-' (e.g. --namespace team-risk)",
             field="namespace",
+            value=namespace,
+            rule="a DNS-1123 label: lowercase letters, digits and '-'",
+            example="team-risk",
         )
     return text

@@ -30,18 +30,15 @@ _hypothesis_profiles()
 @pytest.fixture(autouse=True)
 def isolated_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Every test gets its own registry file and fresh settings, also in subprocesses it starts."""
-    from gpugeek_jupyter import config, store
-    from gpugeek_jupyter.pools import _manager
+    from gpugeek_jupyter import config, runtime, store
 
     path = tmp_path_factory.mktemp("registry") / "gpugeek.sqlite"
     monkeypatch.setenv("GPUGEEK_REGISTRY", str(path))
     monkeypatch.setenv("GPUGEEK_HEARTBEAT", "0.5")
     config.set_config(None)
-    _manager._manager = None
+    runtime._manager = None
     yield path
-    if _manager._manager is not None:
-        _manager._manager.shutdown()
-        _manager._manager = None
+    runtime.reset_pool_manager()
     config.set_config(None)
     store._registries.clear()
 

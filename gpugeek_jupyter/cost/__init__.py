@@ -21,8 +21,8 @@ from .ledger import (
     pool_costs,
     record_data_volume,
 )
-from .rates import hourly_rate, price_of, prices_in_force
-from .tco import OwnedVsCloud, bar_chart, compare_owned, cost_report, report_rows, to_dataframe, write_csv
+from ..pricing import hourly_rate, price_of, prices_in_force
+from .tco import OwnedVsCloud, compare_owned, cost_report, report_rows, to_dataframe, write_csv
 
 __all__ = [
     "BudgetGuard",
@@ -31,7 +31,6 @@ __all__ = [
     "IdleGuard",
     "OwnedVsCloud",
     "Preemption",
-    "bar_chart",
     "cents",
     "compare_owned",
     "cost_report",

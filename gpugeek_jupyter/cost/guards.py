@@ -1,12 +1,13 @@
-"""Budget and idle-shutdown watchers, run on the pool manager's heartbeat thread.
+"""Budget and idle-shutdown watchers, run as the pool manager's housekeeping.
 
-``install_cost_hooks(manager)`` appends one :class:`CostWatch` to ``manager.heartbeat_hooks``
-(``get_pool_manager()`` does it for every process). On each beat, for each pool this process owns:
+``install_cost_hooks(manager)`` registers one :class:`CostWatch` plugin, named ``gpugeek-cost``
+(``get_pool_manager()`` does it for every process). Each heartbeat period, for each pool this process
+owns, on that pool's housekeeping thread (never on the manager's liveness beat):
 
 1. :class:`~gpugeek_jupyter.cost.usage.UtilizationRecorder` writes a utilization sample;
 2. :class:`BudgetGuard`: at 80 % of ``--budget`` it records a ``budget-warning`` event and posts
-   one notice (``manager.notices``); at 100 % it records ``budget-stop`` and stops the pool. The
-   stop runs ``manager.before_stop_hooks`` first (the jobs module ends the running job there, even
+   one notice (the plugins' ``notice`` hook); at 100 % it records ``budget-stop`` and stops the pool.
+   The stop runs the plugins' ``before_stop`` hook first (the jobs module ends the running job there, even
    one that ignores signals, and records it as cancelled with the reason). Spend can pass the
    budget by at most one heartbeat's worth (``GpugeekConfig.heartbeat_seconds`` x USD per hour);
 3. :class:`IdleGuard`: a pool with no job pending or running whose utilization stayed under 5 %
@@ -22,6 +23,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..config import get_config
+from ..pools._plugin import PoolLifecyclePlugin
 from ..store import JobStatus
 from .ledger import format_usd, idle_since, pool_cost
 from .usage import UtilizationRecorder
@@ -43,13 +45,13 @@ def stop_for(manager: PoolManager, pool: Pool, kind: str, message: str) -> None:
     registry = manager.registry
     running = [j for j in registry.list_jobs(pool_id=pool.id) if j.status in (JobStatus.PENDING, JobStatus.RUNNING)]
     for job in running:
-        registry.update_job(job.id, failure_reason=message)
+        registry.set_job_failure_reason(job.id, message)
     registry.add_event(pool.id, kind, message)
-    manager.stop(pool.name, reason=message)  # before_stop_hooks (the running job ends) run before workers go
+    manager.stop(pool.name, reason=message)  # before_stop hooks (the running job ends) run before workers go
     for job in running:
         ended = registry.job(job.id)
         if ended.status is JobStatus.FAILED and ended.failure_reason == message:  # ended by the stop itself
-            registry.update_job(job.id, status=JobStatus.CANCELLED, ended_at=ended.ended_at)
+            registry.set_job_status(job.id, JobStatus.CANCELLED, ended_at=ended.ended_at)
     manager.post_notice(pool, kind, message)
 
 
@@ -119,15 +121,18 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 600 else f"{seconds / 60:.0f} min"
 
 
-class CostWatch:
-    """The heartbeat hook: sample utilization, then check the budget, then idleness."""
+class CostWatch(PoolLifecyclePlugin):
+    """The cost plugin's ``heartbeat`` hook: sample utilization, then check the budget, then idleness."""
+
+    name = "gpugeek-cost"
 
     def __init__(self) -> None:
         self.recorder = UtilizationRecorder()
         self.budget = BudgetGuard()
         self.idle = IdleGuard()
 
-    def __call__(self, manager: PoolManager, pool: Pool) -> None:
+    def heartbeat(self, manager: PoolManager, pool: Pool) -> None:
+        """One period's cost housekeeping for ``pool``."""
         try:
             self.recorder(manager, pool)
         except Exception as e:  # no sample this beat; the budget must still be checked
@@ -137,10 +142,8 @@ class CostWatch:
 
 
 def install_cost_hooks(manager: PoolManager) -> CostWatch:
-    """Add the cost watchers to ``manager`` once; returns the installed :class:`CostWatch`."""
-    for hook in manager.heartbeat_hooks:
-        if isinstance(hook, CostWatch):
-            return hook
+    """Register the cost watchers with ``manager`` as the ``gpugeek-cost`` plugin (replacing any
+    earlier one, so they run once per pool whatever calls this); returns the :class:`CostWatch`."""
     watch = CostWatch()
-    manager.heartbeat_hooks.append(watch)
+    manager.register_plugin(watch, name=CostWatch.name)
     return watch

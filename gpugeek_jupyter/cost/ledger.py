@@ -386,5 +386,5 @@ def record_data_volume(
 
     for name, value in (("storage_gb", storage_gb), ("network_gb", network_gb)):
         if value is not None and not (isinstance(value, int | float) and value >= 0):
-            raise SpecError(f"{name} must be a number of GB >= 0, got '{value}' (e.g. --{name.replace('_', '-')} 500)", field=name)
+            raise SpecError(field=name, value=value, rule="a number of GB >= 0", example=500)
     registry.add_data_volume(pool_id, storage_gb, network_gb, source="stated" if stated else "recorded", job_id=job_id)

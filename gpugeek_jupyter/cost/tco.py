@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..catalog import load_catalog
 from ..config import get_config
-from ..errors import NotFoundError, SpecError
+from ..errors import NotFoundError, PerSurface, Phrase, Setting, SpecError
 from ..store import Registry
 from .ledger import HOURS_PER_MONTH, CostBreakdown, job_costs, pool_cost, pool_costs
 
 if TYPE_CHECKING:
     import pandas as pd
-    from bokeh.plotting import figure as Figure
 
 # Owned-hardware assumptions, each overridable per call. Purchase price and board power per GPU type
 # come from the catalog (data/catalog.toml: purchase_usd, power_watts).
@@ -48,13 +47,19 @@ COLUMNS = [
 
 # -- the report -------------------------------------------------------------------------------------
 def parse_since(text: str | None) -> float | None:
-    """``--since 2026-11-01`` (or an ISO date-time, local time) as a timestamp."""
+    """``"2026-11-01"`` (or an ISO date-time, local time) as a timestamp."""
     if text in (None, ""):
         return None
     try:
         return dt.datetime.fromisoformat(str(text)).timestamp()
     except ValueError as e:
-        raise SpecError(f"--since '{text}' is not a date (e.g. --since 2026-11-01 or --since 2026-11-01T09:30)", field="since") from e
+        raise SpecError(
+            Phrase("{field} {value} is not a date (e.g. {example} or {with_time})", with_time=Setting(since="2026-11-01T09:30")),
+            field="since",
+            value=text,
+            rule="an ISO date or date-time",
+            example="2026-11-01",
+        ) from e
 
 
 def cost_report(
@@ -78,7 +83,17 @@ def cost_report(
     if all_pools:
         pools = pool_costs(registry, since=since, now=now)
     elif pool is None:
-        raise SpecError("name a pool, a job or --all (e.g. %gpugeek_cost dev, --job ID, --all)", field="pool")
+        raise SpecError(
+            PerSurface(
+                core=Phrase(
+                    "name a pool, a job or all pools (e.g. {pool}, {job} or {all})",
+                    pool=Setting(pool="dev"), job=Setting(job_id="3f2a9c"), all=Setting(all_pools=True),
+                ),
+                magic="name a pool, a job or --all (e.g. %gpugeek_cost dev, --job ID, --all)",
+            ),
+            field="pool",
+            rule="a pool, a job or all pools",
+        )
     else:
         record = registry.pool_by_id(pool) if isinstance(pool, int) else registry.latest_pool(str(pool))
         pools = [pool_cost(registry, record.id, now=now, since=since)]
@@ -139,46 +154,18 @@ def write_csv(breakdowns: list[CostBreakdown], path: str | Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         to_dataframe(breakdowns).to_csv(target, index=False)
     except OSError as e:
-        raise SpecError(f"cannot write the cost report to '{path}': {e.strerror} (e.g. --csv cost.csv)", field="csv") from e
+        raise SpecError(
+            Phrase("cannot write the cost report to {value}: {why} (e.g. {example})", why=str(e.strerror)),
+            field="path",
+            value=str(path),
+            rule="a file that can be written",
+            example="cost.csv",
+        ) from e
     return target
-
-
-def bar_chart(breakdowns: list[CostBreakdown], title: str = "Cost by pool and job (USD)") -> Figure:
-    """A bokeh stacked bar chart: compute (busy and idle), storage and network per pool and job."""
-    from bokeh.models import ColumnDataSource, FactorRange, HoverTool
-    from bokeh.plotting import figure
-
-    labels = [f"{b.pool_name} / {b.job_id}" if b.job_id else b.pool_name for b in breakdowns]
-    labels = _unique(labels)
-    parts = ["busy compute", "idle compute", "storage", "network"]
-    data: dict[str, list[Any]] = {"label": labels}
-    data["busy compute"] = [b.compute_usd - min(b.idle_usd, b.compute_usd) for b in breakdowns]
-    data["idle compute"] = [min(b.idle_usd, b.compute_usd) for b in breakdowns]
-    data["storage"] = [b.storage_usd for b in breakdowns]
-    data["network"] = [b.network_usd for b in breakdowns]
-    data["total"] = [b.total_usd for b in breakdowns]
-    source = ColumnDataSource(data)
-    fig = figure(x_range=FactorRange(factors=labels), height=320, width=max(420, 90 * len(labels)), title=title, toolbar_location=None)
-    fig.vbar_stack(parts, x="label", width=0.7, source=source, color=["#1a7f37", "#d4a72c", "#0969da", "#8250df"],
-                   legend_label=parts)
-    fig.add_tools(HoverTool(tooltips=[("", "@label"), ("total USD", "@total{0,0.00}"), ("idle USD", "@{idle compute}{0,0.00}")]))
-    fig.yaxis.axis_label = "USD"
-    fig.xaxis.major_label_orientation = 0.6 if len(labels) > 4 else 0.0
-    fig.legend.location = "top_left"
-    return fig
 
 
 def _iso(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp).isoformat(sep=" ", timespec="seconds")
-
-
-def _unique(labels: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for label in labels:
-        seen[label] = seen.get(label, 0) + 1
-        out.append(label if seen[label] == 1 else f"{label} ({seen[label]})")
-    return out
 
 
 # -- owned vs cloud ---------------------------------------------------------------------------------
@@ -265,24 +252,28 @@ def compare_owned(
     """
     catalog = load_catalog(price_file if price_file is not None else get_config().price_file or None)
     gpu = catalog.gpu(gpu_type)
-    _check_number("hours_per_month", hours_per_month, "--hours-per-month 200", low=0.0, high=HOURS_PER_MONTH)
-    _check_number("count", count, "--count 8", low=1)
+    _check_number("hours_per_month", hours_per_month, 200, low=0.0, high=HOURS_PER_MONTH)
+    _check_number("count", count, 8, low=1)
     pricing_key = str(pricing).strip().lower().replace("-", "_")
     if pricing_key not in ("on_demand", "spot", "reserved"):
-        raise SpecError(f"pricing '{pricing}' must be on-demand, spot or reserved (e.g. --pricing reserved)", field="pricing")
+        raise SpecError(field="pricing", value=pricing, rule="on-demand, spot or reserved", example="reserved")
     rate = gpu.prices.to_dict()[pricing_key] if cloud_usd_per_gpu_hour is None else cloud_usd_per_gpu_hour
     purchase = gpu.purchase_usd if purchase_usd is None else purchase_usd
     watts = gpu.power_watts if power_watts is None else power_watts
     for name, value, example in (
-        ("price", rate, "--price 2.10"), ("purchase", purchase, "--purchase 30000"), ("watts", watts, "--watts 700"),
-        ("kwh_price", power_usd_per_kwh, "--kwh-price 0.12"), ("overhead", overhead_usd_per_month, "--overhead 150"),
+        ("cloud_usd_per_gpu_hour", rate, 2.1), ("purchase_usd", purchase, 30000), ("power_watts", watts, 700),
+        ("power_usd_per_kwh", power_usd_per_kwh, 0.12), ("overhead_usd_per_month", overhead_usd_per_month, 150),
     ):
         _check_number(name, value, example, low=0.0)
-    _check_number("pue", pue, "--pue 1.4", low=1.0)
-    _check_number("amortization", amortization_months, "--amortization 36", low=1.0)
+    _check_number("pue", pue, 1.4, low=1.0)
+    _check_number("amortization_months", amortization_months, 36, low=1.0)
     if purchase <= 0:
         raise SpecError(
-            f"no purchase price for {gpu.name} in the catalog; give one (e.g. --purchase 30000)", field="purchase"
+            Phrase("no purchase price for {gpu} in the catalog; give one (e.g. {example})", gpu=gpu.name),
+            field="purchase_usd",
+            value=purchase,
+            rule="a number > 0",
+            example=30000,
         )
     energy_per_hour = watts / 1000.0 * pue * power_usd_per_kwh
     fixed = purchase / amortization_months + overhead_usd_per_month
@@ -320,17 +311,20 @@ def usage_hours_per_month(registry: Registry, gpu_type: str, days: float = 30.0,
     pools = [p for p in registry.list_pools() if p.gpu_type.lower() == gpu_type.lower()]
     if not pools:
         raise NotFoundError(
-            f"no {gpu_type} pool in the registry to measure use from; give it (e.g. --hours-per-month 200)"
+            Phrase("no {gpu} pool in the registry to measure use from; give it (e.g. {example})", gpu=str(gpu_type)),
+            field="hours_per_month",
+            rule="measured from the registry when not given",
+            example=200,
         )
     worker_hours = sum(pool_cost(registry, p.id, now=now, since=since, include_idle=False).gpu_hours for p in pools)
     gpus = max(p.count for p in pools)
     return min(HOURS_PER_MONTH, worker_hours / max(1, gpus) * (HOURS_PER_MONTH / (days * 24.0)))
 
 
-def _check_number(name: str, value: Any, example: str, low: float | None = None, high: float | None = None) -> None:
+def _check_number(name: str, value: Any, example: float, low: float | None = None, high: float | None = None) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (low is None or value >= low) and (high is None or value <= high)
     if not ok:
         bounds = f" from {low:g}" if low is not None else ""
         bounds += f" to {high:g}" if high is not None else ""
-        raise SpecError(f"{name} must be a number{bounds}, got '{value}' (e.g. {example})", field=name)
+        raise SpecError(field=name, value=value, rule=f"a number{bounds}", example=example)

@@ -4,7 +4,8 @@ Idle spend and the idle shutdown read these rows. :func:`worker_usage` runs on e
 ``Client.run``): the mean NVML utilization of the GPUs the worker uses, or, for ``cpu`` pools, the
 cores busy with work in the worker process (its event-loop thread left out) and its children
 (torchrun ranks); and the bytes its host has sent
-on non-loopback interfaces. :class:`UtilizationRecorder` is the heartbeat hook that gathers them.
+on non-loopback interfaces. :class:`UtilizationRecorder` gathers them, as part of the cost plugin's
+``heartbeat`` hook (pool housekeeping, see :mod:`gpugeek_jupyter.pools._plugin`).
 
 A telemetry module with its own samples can write the same rows with
 ``Registry.add_utilization(pool_id, mean_util, gpus, net_bytes)`` and take this hook's place.
@@ -126,7 +127,7 @@ def worker_usage(use_gpu: bool, dask_worker: Any = None) -> dict[str, Any]:
 
 
 class UtilizationRecorder:
-    """Heartbeat hook: one ``utilization`` row per beat for each owned, live pool.
+    """Part of the cost plugin's ``heartbeat`` hook: one ``utilization`` row per period for each owned, live pool.
 
     The first beat of a pool only sets the baselines (CPU time, bytes sent); network bytes are
     counted once per host, since workers on one host share its interfaces.
@@ -137,9 +138,9 @@ class UtilizationRecorder:
         self._bytes_sent: dict[int, dict[str, int]] = {}  # pool id -> host -> counter at the last beat
 
     def __call__(self, manager: PoolManager, pool: Pool) -> None:
-        results = pool.client.run(
-            worker_usage, pool.spec.gpu_type != "cpu", on_error="return", callback_timeout=self.timeout_seconds
-        )
+        # within what is left of this pool's housekeeping deadline (a frozen worker never answers)
+        timeout = max(0.1, min(self.timeout_seconds, manager.housekeeping_time_left()))
+        results = pool.client.run(worker_usage, pool.spec.gpu_type != "cpu", on_error="return", callback_timeout=timeout)
         readings = [r for r in results.values() if isinstance(r, dict)]
         if not readings:
             return

@@ -16,16 +16,29 @@ import sys
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..pools._plugin import PoolLifecyclePlugin
+
 if TYPE_CHECKING:
     from ..pools import Pool
     from .result import JobResult
     from .runner import NoticeCallback, OutputCallback
 
-__all__ = ["end_jobs_before_stop", "run_cell", "run_script"]
+__all__ = ["EndJobsBeforeStop", "end_jobs_before_stop", "run_cell", "run_script"]
+
+
+class EndJobsBeforeStop(PoolLifecyclePlugin):
+    """Pool plugin: a stopping pool's running job ends, recorded with the stop's reason, before its
+    workers go (else it would fail as if its workers had died)."""
+
+    name = "gpugeek-jobs"
+
+    def before_stop(self, manager: Any, pool: Pool, reason: str) -> None:
+        """End ``pool``'s running job (see :func:`end_jobs_before_stop`)."""
+        end_jobs_before_stop(manager, pool, reason)
 
 
 def end_jobs_before_stop(manager: Any, pool: Pool, reason: str) -> None:
-    """``PoolManager.before_stop_hooks`` hook: end ``pool``'s running job, recorded with ``reason``.
+    """End ``pool``'s running job, recorded with ``reason`` (:class:`EndJobsBeforeStop`'s hook).
 
     Cheap when this process never ran a job (the runner module is not even imported then).
     """

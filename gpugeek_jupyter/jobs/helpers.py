@@ -40,7 +40,7 @@ class Helpers:
         import torch
 
         if amp is not None and amp not in AMP_DTYPES:
-            raise ValueError(f"amp must be one of {', '.join(AMP_DTYPES)}, got {amp!r} (e.g. --amp bf16)")
+            raise ValueError(f"amp must be one of {', '.join(AMP_DTYPES)}, got {amp!r} (e.g. amp='bf16')")
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank

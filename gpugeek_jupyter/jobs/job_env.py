@@ -11,21 +11,38 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import Field, PerSurface, Phrase, Setting, SpecError, Value
 from .env import TORCHRUN_VARIABLES
 
 RESERVED = frozenset((*TORCHRUN_VARIABLES, "CUDA_VISIBLE_DEVICES"))
+EXAMPLE_ENV = {"NCCL_DEBUG": "INFO"}
 
 
 class JobEnvError(SpecError):
     """One bad variable: ``name`` and ``value`` as given, ``rule`` the rule it breaks.
 
-    The message is neutral; each surface phrases it for its own syntax (:func:`phrase`).
+    Phrased by the surface that received it, like every :class:`SpecError`:
+    ``env={'RANK': '3'}: torchrun's own variables ... (e.g. env={'NCCL_DEBUG': 'INFO'})`` for Python,
+    ``--env 'RANK': torchrun's own variables ... (e.g. --env NCCL_DEBUG=INFO)`` for a magic.
     """
 
-    def __init__(self, rule: str, name: Any, value: Any = None, message: str | None = None) -> None:
-        self.rule, self.name, self.value = rule, name, value
-        super().__init__(message or f"environment variable {name!r}: {rule}", field="env")
+    def __init__(self, rule: str, name: Any, value: Any = None) -> None:
+        self.name = name
+        subject = PerSurface(
+            core=Setting(env={name: value}),
+            magic=Phrase("{flag} {name}", flag=Field("env"), name=Value(name)),
+        )
+        super().__init__(
+            Phrase("{subject}: {rule} (e.g. {example})", subject=subject), "env", value=value, rule=rule, example=EXAMPLE_ENV
+        )
+
+    @classmethod
+    def not_a_mapping(cls, env: Any) -> JobEnvError:
+        """``env`` itself is not a mapping of names to values."""
+        error = cls.__new__(cls)
+        SpecError.__init__(error, field="env", value=env, rule="a mapping of variable names to values", example=EXAMPLE_ENV)
+        error.name = None
+        return error
 
 
 def check_job_env(env: Mapping[Any, Any] | None) -> dict[str, str]:
@@ -33,7 +50,7 @@ def check_job_env(env: Mapping[Any, Any] | None) -> dict[str, str]:
     if env is None:
         return {}
     if not isinstance(env, Mapping):
-        raise JobEnvError("the variables must be given as a mapping of names to values", type(env).__name__)
+        raise JobEnvError.not_a_mapping(env)
     checked: dict[str, str] = {}
     for name, value in env.items():
         if not isinstance(name, str) or not name.isidentifier() or not name.isascii():

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GpugeekError, JobFailedError
+from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
 from ..store import JobStatus
 from . import rank as rank_side
 from .layout import Layout, cuda_visible_devices, plan_layout, workers_from_scheduler_info
@@ -70,17 +70,14 @@ class JobRequest:
         from ..errors import SpecError
 
         if self.timeout is not None and not self.timeout > 0:
-            raise SpecError(f"--timeout must be a number of seconds > 0, got {self.timeout!r} (e.g. --timeout 600)", field="timeout")
+            raise SpecError(field="timeout", value=self.timeout, rule="a number of seconds > 0", example=600)
         if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
-            raise SpecError(
-                f"--max-restarts must be a whole number >= 0, got {self.max_restarts!r} (e.g. --max-restarts 2)",
-                field="max_restarts",
-            )
+            raise SpecError(field="max_restarts", value=self.max_restarts, rule="a whole number >= 0", example=2)
         from .job_env import check_job_env
 
         self.env = check_job_env(self.env)
         if self.amp not in (None, "bf16", "fp16"):
-            raise SpecError(f"--amp must be bf16 or fp16, got {self.amp!r} (e.g. --amp bf16)", field="amp")
+            raise SpecError(field="amp", value=self.amp, rule="bf16 or fp16", example="bf16")
 
 
 def _lacks_package(answer: Any) -> bool:
@@ -213,7 +210,7 @@ class PoolRunner:
                                failure=f"job {job_id} was interrupted before it started")
         except BaseException as e:
             if recorded:
-                registry.update_job(job_id, status=JobStatus.FAILED, failure_reason=f"{type(e).__name__}: {e}")
+                registry.set_job_status(job_id, JobStatus.FAILED, failure_reason=f"{type(e).__name__}: {e}")
             raise
         finally:
             self._queues.pop(job_id, None)
@@ -235,7 +232,7 @@ class PoolRunner:
             output=["".join(outputs.get(r.rank, [])) for r in attempt.reports],
         )
         if recorded:
-            registry.update_job(
+            registry.finish_job(
                 job_id,
                 status=result.status,
                 restarts=result.restarts,
@@ -496,10 +493,10 @@ class PoolRunner:
         import zipfile
         from pathlib import Path
 
-        import gpugeek_jupyter
+        from .._version import __version__
 
-        root = Path(gpugeek_jupyter.__file__).parent
-        archive = Path(tempfile.mkdtemp(prefix="gpugeek-")) / f"gpugeek_jupyter-{gpugeek_jupyter.__version__}.zip"
+        root = Path(__file__).resolve().parents[1]  # the gpugeek_jupyter package
+        archive = Path(tempfile.mkdtemp(prefix="gpugeek-")) / f"gpugeek_jupyter-{__version__}.zip"
         with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
             for path in sorted(root.rglob("*")):
                 relative = path.relative_to(root.parent)
@@ -576,7 +573,9 @@ def runner_for(pool: Pool) -> PoolRunner:
         if runner is not None and runner.client is pool.client and pool.client.status == "running":
             return runner
     if not pool.status.is_live or pool.client.status != "running":
-        raise GpugeekError(f"pool '{pool.name}' is {pool.status.value}; launch a new one with %gpugeek_launch")
+        raise GpugeekError(Phrase("pool {name} is {status}; {launch}", name=Value(pool.name), status=pool.status.value,
+                                  launch=PerSurface(core="launch a new one", magic="launch a new one with %gpugeek_launch",
+                                                    python="launch a new one with gpugeek_jupyter.launch(...)")))
     with _runners_lock:
         runner = _runners[pool.id] = PoolRunner(pool)
         return runner

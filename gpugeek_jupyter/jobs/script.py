@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import Phrase, SpecError, Value
 from .payload import ScriptCode
 
 _HYPERPARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -38,9 +38,11 @@ def hyperparams_to_args(hyperparams: Mapping[str, Any] | None) -> list[str]:
     for name, value in (hyperparams or {}).items():
         if not isinstance(name, str) or not _HYPERPARAM_NAME.match(name):
             raise SpecError(
-                f"hyperparameter name {name!r} must be letters, digits, '_', '-' or '.' "
-                f"(e.g. hyperparams={{'batch_size': 256}})",
+                Phrase("hyperparameter name {name} must be {rule} (e.g. {example})", name=Value(name)),
                 field="hyperparams",
+                value=hyperparams,
+                rule="letters, digits, '_', '-' or '.'",
+                example={"batch_size": 256},
             )
         args.append(f"--{name}")
         if value is None:
@@ -67,12 +69,19 @@ def prepare_script(
             raw = f.read()
     except OSError as e:
         raise SpecError(
-            f"cannot read script {path!r} ({e.strerror}; looked in {cwd}); give a path from the notebook's "
-            f"folder, e.g. script_path='train.py'",
+            Phrase(
+                "cannot read script {value} ({why}; looked in {cwd}); give a path from the notebook's folder, "
+                "e.g. {example}",
+                why=str(e.strerror),
+                cwd=cwd,
+            ),
             field="script_path",
+            value=path,
+            rule="a readable file",
+            example="train.py",
         ) from e
     if isinstance(args, str):
-        raise SpecError(f"args must be a list of strings, got the string {args!r} (e.g. args=['--epochs', '3'])", field="args")
+        raise SpecError(field="args", value=args, rule="a list of strings, not one string", example=["--epochs", "3"])
     argv = [str(a) for a in args] + hyperparams_to_args(hyperparams)
     code = ScriptCode(path=path, abspath=abspath, source=raw.decode("utf-8"), args=tuple(argv), cwd=cwd)
     return ScriptProgram(code=code, sha256=hashlib.sha256(raw).hexdigest(), hyperparams=dict(hyperparams or {}))

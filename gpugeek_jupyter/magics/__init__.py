@@ -26,7 +26,7 @@ def register_magics(ipython: Any) -> None:
 
 def _stop_pools_when_the_kernel_exits(change: Any) -> None:
     if change["new"]:
-        from ..pools import get_pool_manager
+        from ..runtime import get_pool_manager
 
         get_pool_manager().shutdown()
 

@@ -11,12 +11,15 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..cost import ledger, tco
-from ..pools import get_pool_manager
+from ..pools import PoolLifecyclePlugin
+from ..runtime import get_pool_manager
+from ..widgets.cost_chart import bar_chart
 from ._common import parse_options, usage_errors
 
 _SHOWN = ["pool", "job", "status", "hours", "gpu_hours", "compute_usd", "storage_usd", "network_usd", "total_usd", "idle_usd",
           "preemptions"]
 _UTILIZATION_LEVELS = (0.1, 0.25, 0.5, 0.75, 1.0)
+_FLAGS = {"path": "--csv"}  # tco.write_csv(breakdowns, path)
 
 
 def print_notice(pool: Any, kind: str, message: str) -> None:
@@ -24,13 +27,21 @@ def print_notice(pool: Any, kind: str, message: str) -> None:
     print(f"gpugeek: {message}", file=sys.stderr, flush=True)
 
 
+class NoticePrinter(PoolLifecyclePlugin):
+    """Pool plugin: prints the core's notices in the notebook (one per process, by its name)."""
+
+    name = "gpugeek-print-notices"
+
+    def notice(self, manager: Any, pool: Any, kind: str, message: str) -> None:
+        """Show ``message`` (see :func:`print_notice`)."""
+        print_notice(pool, kind, message)
+
+
 @magics_class
 class CostMagics(Magics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
-        notices = get_pool_manager().notices
-        if print_notice not in notices:
-            notices.append(print_notice)
+        get_pool_manager().register_plugin(NoticePrinter())  # by name: loading the magics again replaces it
 
     @magic_arguments()
     @argument("pool", nargs="?", default=None, help="pool name (default: the current pool)")
@@ -71,7 +82,7 @@ class CostMagics(Magics):
             1 x H100-80GB for 200 h/month (27% utilization): cloud (on-demand) USD 2,212/month, owned ...
         """
         args = parse_options(self.gpugeek_cost, line, "--all --since 2026-11-01")
-        with usage_errors():
+        with usage_errors(flags=_FLAGS):
             if args.compare_owned:
                 result = self._compare_owned(args)
             else:
@@ -107,7 +118,7 @@ class CostMagics(Magics):
         if args.chart:
             from jupyter_bokeh import BokehModel
 
-            display(BokehModel(tco.bar_chart(breakdowns)))
+            display(BokehModel(bar_chart(breakdowns)))
         return frame
 
     def _state_volumes(self, registry: Any, pool: int | str | None, args: Any) -> None:
@@ -136,7 +147,7 @@ class CostMagics(Magics):
         if count is None:
             count = current.spec.count if current and current.spec.gpu_type == gpu_type else 1
         if count < 1 or not float(count).is_integer():
-            raise UsageError(f"--count must be a whole number >= 1, got '{args.count}' (e.g. --count 8)")
+            raise UsageError(f"--count must be a whole number >= 1, got {args.count!r} (e.g. --count 8)")
         hours = _number(args.hours_per_month, "--hours-per-month", "200")
         if hours is None:
             hours = tco.usage_hours_per_month(manager.registry, gpu_type)
@@ -187,4 +198,4 @@ def _number(value: Any, flag: str, example: str) -> float | None:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise UsageError(f"{flag} must be a number, got '{value}' (e.g. {flag} {example})") from None
+        raise UsageError(f"{flag} must be a number, got {value!r} (e.g. {flag} {example})") from None

@@ -26,7 +26,7 @@ def parse_period(text: str | None) -> float | None:
     if not MIN_PERIOD_SECONDS <= seconds <= MAX_PERIOD_SECONDS:
         raise UsageError(
             f"--period must be a number of seconds from {MIN_PERIOD_SECONDS} to {MAX_PERIOD_SECONDS:.0f}, "
-            f"got '{text}' (e.g. --period 0.5)"
+            f"got {text!r} (e.g. --period 0.5)"
         )
     return seconds
 
@@ -72,7 +72,7 @@ class MonitorMagics(Magics):
     @staticmethod
     def _pool(name: str | None) -> Any:
         from ..errors import GpugeekError
-        from ..pools import get_pool_manager
+        from ..runtime import get_pool_manager
 
         manager = get_pool_manager()
         if name is not None:

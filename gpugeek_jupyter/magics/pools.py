@@ -9,9 +9,36 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
-from ..pools import get_pool_manager, list_pools
+from ..config import get_config
+from ..pools import PoolLifecyclePlugin, PoolManager
+from ..runtime import get_pool_manager, list_pools
 from ..spec import PoolSpec
-from ._common import kernel_owner, parse_options, usage_errors
+from ..store import RECENT_WINDOW_SECONDS, PoolRecord
+from ._common import kernel_owner, magic_message, parse_options, usage_errors
+
+
+def recent_pools() -> list[PoolRecord]:
+    """Live pools and those that ended in the last 24 hours (dead owners' pools are marked lost first)."""
+    registry = get_pool_manager().registry
+    registry.mark_lost_pools(get_config().lost_after_seconds)
+    return registry.recent_pools(ended_since=registry.clock() - RECENT_WINDOW_SECONDS)
+
+
+class PoolCardUpdater(PoolLifecyclePlugin):
+    """Pool plugin of one pool card: shows the pool's final status when it stops, then removes itself."""
+
+    def __init__(self, pool_id: int, card: Any) -> None:
+        self.pool_id = pool_id
+        self.card = card
+        self.name = f"gpugeek-pool-card-{pool_id}"  # one per pool: a card never outlives its pool's plugin
+
+    def stopped(self, manager: PoolManager, record: PoolRecord) -> None:
+        """Mark the card with ``record``'s status when it is this card's pool."""
+        if record.id != self.pool_id:
+            return
+        self.card.set_status(record.status.value)
+        if self.name:
+            manager.unregister_plugin(self.name)
 
 
 def pool_table(records: list[Any]) -> Any:
@@ -107,7 +134,7 @@ class PoolMagics(Magics):
         return None
 
     def _launch(self, spec: PoolSpec, quiet: bool) -> Any:
-        from ..cost.rates import hourly_rate, prices_in_force
+        from ..pricing import hourly_rate, prices_in_force
 
         manager = get_pool_manager()
         manager.ensure_name_free(spec.name)  # before a card is shown for a pool that cannot start
@@ -121,31 +148,39 @@ class PoolMagics(Magics):
             pool = manager.launch(spec, on_progress=card.set_progress if card else None)
         except BaseException as e:
             if card is not None:
-                card.set_status("failed", str(e).splitlines()[0] if str(e) else type(e).__name__)
+                card.set_status("failed", magic_message(e).splitlines()[0] if str(e) else type(e).__name__)
             raise
         if card is not None:
             from ..widgets.cost_meter import CostMeter
 
             card.set_running(pool.dashboard_link, pool.usd_per_hour)
             card.add_child(CostMeter(pool, tick_seconds=2.0))  # ticks from the ledger until the pool ends
-            manager.on_stopped.append(lambda stopped: stopped is pool and card.set_status("stopped"))
+            manager.register_plugin(PoolCardUpdater(pool.id, card))
         return pool
 
     @magic_arguments()
     @argument("--live", action="store_true", help="only pools that are starting, ready or stopping")
+    @argument("--all", action="store_true", help="the whole history, every pool ever recorded")
     @line_magic
     def gpugeek_pools(self, line: str) -> Any:
-        """A table of every pool in the registry, whoever made it (notebooks, the side panel, scripts).
+        """A table of the pools in the registry, whoever made them (notebooks, the side panel, scripts):
+        by default live pools and those that ended in the last 24 hours, oldest first.
 
-        Example::
+        Examples::
 
             In [1]: %gpugeek_pools
             Out[1]:   name  status backend       gpus  owner ...
                     0  dev   ready   local  2 x cpu  kernel 3f2a...
+            In [2]: %gpugeek_pools --live
+            In [3]: %gpugeek_pools --all
         """
         args = parse_options(self.gpugeek_pools, line, "--live")
+        if args.live and args.all:
+            raise UsageError("pass --live or --all, not both (e.g. %gpugeek_pools --all)")
         with usage_errors():
-            return pool_table(list_pools(live_only=args.live))
+            if args.live or args.all:
+                return pool_table(list_pools(live_only=args.live))
+            return pool_table(recent_pools())
 
     @magic_arguments()
     @argument("name", help="name of a running pool (see %%gpugeek_pools)")

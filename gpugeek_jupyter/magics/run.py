@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ..errors import SpecError
+from ..errors import Phrase, SpecError
 from ._common import parse_options, usage_errors
 
 _RUN_EXAMPLE = "--pool dev --timeout 600 -o losses"
@@ -42,14 +42,15 @@ def job_table(records: list[Any]) -> Any:
     return pd.DataFrame(rows, columns=columns)
 
 
-def _number(value: str | None, flag: str, example: str, integer: bool = False) -> Any:
+def _number(value: str | None, flag: str, example: int, integer: bool = False) -> Any:
     if value is None:
         return None
     try:
         number = int(value) if integer else float(value)
     except ValueError:
         kind = "a whole number" if integer else "a number"
-        raise SpecError(f"{flag} must be {kind}, got '{value}' (e.g. {flag} {example})", field=flag.lstrip("-")) from None
+        field = flag.lstrip("-").replace("-", "_")
+        raise SpecError(field=field, value=value, rule=kind, example=example) from None
     return number
 
 
@@ -122,10 +123,16 @@ class JobMagics(Magics):
         assert shell is not None
         with usage_errors():
             pool = self._pool(args.pool)
-            timeout = _number(args.timeout, "--timeout", "600")
-            max_restarts = _number(args.max_restarts, "--max-restarts", "2", integer=True)
+            timeout = _number(args.timeout, "--timeout", 600)
+            max_restarts = _number(args.max_restarts, "--max-restarts", 2, integer=True)
             if args.output is not None and (not args.output.isidentifier() or keyword.iskeyword(args.output)):
-                raise SpecError(f"-o needs a variable name, got '{args.output}' (e.g. -o losses)", field="output")
+                raise SpecError(
+                    Phrase("{field} needs {rule}, got {value} (e.g. {example})"),
+                    field="output",
+                    value=args.output,
+                    rule="a variable name",
+                    example="losses",
+                )
             if args.monitor:
                 from ..widgets.monitor import show_monitor
 
@@ -178,13 +185,13 @@ class JobMagics(Magics):
 
         args = parse_options(self.gpugeek_jobs, line, "--pool dev --limit 20")
         with usage_errors():
-            limit = _number(args.limit, "--limit", "20", integer=True)
+            limit = _number(args.limit, "--limit", 20, integer=True)
             registry = get_registry()
             pool_id = registry.latest_pool(args.pool).id if args.pool else None
             return job_table(registry.list_jobs(pool_id=pool_id, limit=limit))
 
     def _pool(self, name: str | None) -> Any:
-        from ..pools import get_pool_manager
+        from ..runtime import get_pool_manager
 
         manager = get_pool_manager()
         if name:
@@ -199,13 +206,11 @@ class JobMagics(Magics):
 
 
 def _job_env(assignments: list[str]) -> dict[str, str]:
-    """``--env NAME=VALUE`` options as a dict; a bad one is a one-line UsageError naming it."""
-    from ..jobs.job_env import JobEnvError, check_job_env, parse_assignments
+    """``--env NAME=VALUE`` options as a dict; a bad one is a JobEnvError naming it (phrased by
+    ``usage_errors``: ``--env 'RANK': torchrun's own variables ...``)."""
+    from ..jobs.job_env import check_job_env, parse_assignments
 
-    try:
-        return check_job_env(parse_assignments(assignments))
-    except JobEnvError as e:
-        raise UsageError(f"--env {e.name!r}: {e.rule} (e.g. --env NCCL_DEBUG=INFO)") from None
+    return check_job_env(parse_assignments(assignments))
 
 
 def _ends_with_expression(cell: str) -> bool:

@@ -55,7 +55,7 @@ def wait_for_workers(client: Client, count: int, on_progress: ProgressCallback, 
     """Report progress until ``count`` workers are connected; PoolStartError after ``timeout`` s."""
     import time
 
-    from ..errors import PoolStartError
+    from ..errors import Phrase, PoolStartError
 
     deadline = time.monotonic() + timeout
     last = -1
@@ -67,8 +67,9 @@ def wait_for_workers(client: Client, count: int, on_progress: ProgressCallback, 
         if ready >= count:
             return
         if time.monotonic() > deadline:
-            raise PoolStartError(
-                f"{what}: only {ready}/{count} workers connected within {timeout:.0f} s "
-                f"(raise GpugeekConfig.worker_start_timeout, or ask for fewer with --count)"
-            )
+            raise PoolStartError(Phrase(
+                "{what}: only {ready}/{count} workers connected within {timeout} s "
+                "(raise GpugeekConfig.worker_start_timeout, or ask for fewer with {field})",
+                what=what, ready=str(ready), count=str(count), timeout=f"{timeout:.0f}",
+            ), field="count")
         time.sleep(0.05)

@@ -1,8 +1,10 @@
 """``PoolManager``: launches, tracks and stops this process's pools, and keeps the registry true.
 
-One manager per process. A daemon thread heart-beats every owned pool, opens and closes worker
-intervals as workers come and go (cost is computed from them), and carries out stop requests that
-other processes (the server, another kernel) write into the registry.
+One manager per process. A liveness beat renews the heartbeat of every pool it owns and reads stop
+requests that other processes (the server, another kernel) write into the registry; housekeeping,
+apart from it, opens and closes worker intervals as workers come and go (cost is computed from
+them) and runs the plugins' ``heartbeat`` hooks (cost watchers, preemption records). See
+:class:`PoolManager` for the threads, :mod:`._plugin` for the hooks.
 """
 
 from __future__ import annotations
@@ -16,16 +18,17 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import get_config
-from ..cost.rates import prices_in_force
+from ..pricing import prices_in_force
 from ..errors import ConflictError, GpugeekError, PoolStartError, SpecError
 from ..spec import PoolSpec
 from ..store import PoolRecord, PoolStatus, Registry, get_registry
 from ._backend import Backend, ProgressCallback, RunningCluster
+from ._plugin import HOOKS, PoolLifecyclePlugin, implemented_hooks, plugin_name
 from ._pool import Pool
 
 log = logging.getLogger(__name__)
 
-StatusCallback = Callable[[Pool], None]
+HOUSEKEEPING_MIN_TIMEOUT_S = 10.0
 
 
 def backend_for(name: str) -> Backend:
@@ -41,7 +44,7 @@ def backend_for(name: str) -> Backend:
         from .kubernetes import KubernetesBackend
 
         return KubernetesBackend()
-    raise SpecError(f"unknown backend '{name}' (choose one of local, kubernetes, address; e.g. --backend local)")
+    raise SpecError(field="backend", value=name, rule="one of local, kubernetes, address", example="local")
 
 
 class _WorkerTracker:
@@ -78,36 +81,96 @@ class _WorkerTracker:
 
 
 class PoolManager:
+    """Launches, tracks and stops this process's pools, and keeps their registry rows alive and true.
+
+    Liveness is kept apart from housekeeping, as Kubernetes keeps node leases apart from node
+    status, so that no slow pool can make a live one look dead to another process:
+
+    - the **liveness beat** (thread ``gpugeek-liveness``) renews, every
+      ``GpugeekConfig.heartbeat_seconds``, the heartbeat of every pool this process keeps alive
+      (starting, ready or stopping) in one registry write, and reads stop requests. It never talks
+      to dask; a stop request it reads is carried out on a thread of its own (``gpugeek-stop-NAME``);
+    - **housekeeping** (thread ``gpugeek-housekeeping``) starts, once per period, one task per ready
+      owned pool, each on a thread of its own (``gpugeek-housekeeping-NAME``): worker intervals
+      first, then every plugin's ``heartbeat`` hook, within :attr:`housekeeping_timeout` seconds.
+      A pool whose previous task still runs is skipped for the period (logged once), so one slow
+      pool delays neither the others nor the beat.
+
+    Extensions (cost watchers, job ending, notices, cards) are :class:`PoolLifecyclePlugin`\\ s,
+    see :meth:`register_plugin`.
+    """
+
     def __init__(self, registry: Registry | None = None, owner: str | None = None) -> None:
         self.registry = registry or get_registry()
         self.owner = owner or f"pid {os.getpid()}"
+        self.heartbeat_seconds = get_config().heartbeat_seconds
+        # a task's deadline: long enough for a utilization sample's 5 s client.run, and a few periods
+        self.housekeeping_timeout = max(HOUSEKEEPING_MIN_TIMEOUT_S, 5 * self.heartbeat_seconds)
         self._pools: dict[str, Pool] = {}
         self._trackers: dict[str, _WorkerTracker] = {}
         self._current: str | None = None
         self._lock = threading.RLock()
-        self._heartbeat_thread: threading.Thread | None = None
+        self._plugins: dict[str, PoolLifecyclePlugin] = {}
+        self._kept_alive: set[int] = set()  # ids of owned pools not yet final: the liveness beat renews them
+        self._stopping: dict[int, threading.Event] = {}  # pool id -> set once its stop has finished
+        self._stop_threads: dict[int, threading.Thread] = {}
+        self._housekeeping: dict[int, tuple[threading.Thread, float]] = {}  # pool id -> (task, monotonic start)
+        self._overdue: set[int] = set()  # pools whose skip or late finish was logged, until they catch up
+        self._task = threading.local()  # the deadline of the housekeeping task on this thread
+        self._threads: list[threading.Thread] = []
         self._stop_event = threading.Event()
-        self.on_stopped: list[StatusCallback] = []  # adapters (widgets) subscribe here
-        # Called on the heartbeat thread for each owned, live pool after its beat (budget and idle
-        # watchers, telemetry flushes). A hook must be quick and must not raise.
-        self.heartbeat_hooks: list[Callable[[PoolManager, Pool], None]] = []
-        # Called with (manager, pool, reason) before an owned pool's workers are shut down, whoever
-        # stops it (user, budget, idle timeout, another process): the place to checkpoint and end the
-        # running job cleanly. A hook may block (bounded by its own timeout) and must not raise.
-        self.before_stop_hooks: list[Callable[[PoolManager, Pool, str], None]] = []
-        # Called with (pool, kind, message) when the core has something to tell the user (budget at
-        # 80 %, budget spent, idle shutdown); adapters (magics, widgets) subscribe, the core never prints.
-        self.notices: list[Callable[[Pool, str, str], None]] = []
         atexit.register(self.shutdown)
 
+    # -- plugins ---------------------------------------------------------------------------------
+    def register_plugin(self, plugin: PoolLifecyclePlugin, name: str | None = None) -> str:
+        """Add ``plugin`` under ``name`` (default: its ``name`` attribute, else its class); returns the name.
+
+        Registering a name again replaces that plugin, so a plugin is never installed twice:
+
+        >>> manager.register_plugin(BudgetAlarm(), name="budget-alarm")    # doctest: +SKIP
+        'budget-alarm'
+        >>> manager.unregister_plugin("budget-alarm")                      # doctest: +SKIP
+        """
+        if not implemented_hooks(plugin):
+            raise TypeError(
+                f"{plugin!r} has none of the hooks {', '.join(HOOKS)}; subclass PoolLifecyclePlugin and "
+                f"override one (e.g. def notice(self, manager, pool, kind, message): ...)"
+            )
+        chosen = plugin_name(plugin, name)
+        with self._lock:
+            self._plugins[chosen] = plugin
+        return chosen
+
+    def unregister_plugin(self, name: str) -> PoolLifecyclePlugin | None:
+        """Remove the plugin registered as ``name``; returns it, or None when there was none."""
+        with self._lock:
+            return self._plugins.pop(name, None)
+
+    @property
+    def plugins(self) -> dict[str, PoolLifecyclePlugin]:
+        """The registered plugins by name, in the order their hooks run (a copy)."""
+        with self._lock:
+            return dict(self._plugins)
+
+    def _dispatch(self, hook: str, *args: Any, pool_name: str = "") -> None:
+        """Call ``hook`` on every plugin that has it; a failing one is logged with its name."""
+        for name, plugin in self.plugins.items():
+            self._call_hook(name, plugin, hook, *args, pool_name=pool_name)
+
+    def _call_hook(self, name: str, plugin: PoolLifecyclePlugin, hook: str, *args: Any, pool_name: str = "") -> None:
+        method = getattr(plugin, hook, None)
+        if method is None:
+            return
+        try:
+            method(self, *args)
+        except Exception as e:  # one plugin's failure must not cost the pool, or the other plugins, anything
+            log.warning("plugin %r: %s hook failed for pool %s: %s: %s", name, hook, pool_name, type(e).__name__, e,
+                        exc_info=log.isEnabledFor(logging.DEBUG))
+
     def post_notice(self, pool: Pool, kind: str, message: str) -> None:
-        """Hand ``message`` to every subscriber of :attr:`notices`; a failing subscriber is logged."""
+        """Hand ``message`` to every plugin's ``notice`` hook; a failing one is logged."""
         log.info("pool %s: %s", pool.name, message)
-        for callback in list(self.notices):
-            try:
-                callback(pool, kind, message)
-            except Exception as e:
-                log.warning("notice subscriber %s failed for pool %s: %s", getattr(callback, "__name__", callback), pool.name, e)
+        self._dispatch("notice", pool, kind, message, pool_name=pool.name)
 
     # -- queries ---------------------------------------------------------------------------------
     @property
@@ -130,9 +193,7 @@ class PoolManager:
         """ConflictError if a live pool already has ``name`` (launch checks again, atomically)."""
         self.registry.mark_lost_pools(get_config().lost_after_seconds)
         if any(p.name == name for p in self.registry.list_pools(live_only=True)):
-            raise ConflictError(
-                f"a pool named '{name}' is already running (stop it with %gpugeek_stop {name}, or pick another --name)"
-            )
+            raise ConflictError.pool_name_taken(name)
 
     def launch(self, spec: PoolSpec, on_progress: ProgressCallback | None = None) -> Pool:
         """Start a pool for ``spec``, register it and make it the current pool."""
@@ -144,7 +205,9 @@ class PoolManager:
         record = self.registry.add_pool(
             spec.name, spec.backend, spec.to_dict(), prices_in_force(spec), owner=self.owner, namespace=spec.namespace
         )
-        self._ensure_heartbeat()
+        with self._lock:
+            self._kept_alive.add(record.id)  # a start can outlast lost_after: it is beaten from now on
+        self._ensure_threads()
         progress = on_progress or (lambda ready, total: None)
         try:
             running = backend.start(spec, progress, config.worker_start_timeout)
@@ -153,6 +216,8 @@ class PoolManager:
             if isinstance(e, KeyboardInterrupt):
                 reason = "interrupted while starting"
             self.registry.set_pool_status(record.id, PoolStatus.FAILED, reason=reason)
+            with self._lock:
+                self._kept_alive.discard(record.id)
             if isinstance(e, GpugeekError | KeyboardInterrupt):
                 raise
             raise PoolStartError(f"pool '{spec.name}' failed to start: {reason}") from e
@@ -160,21 +225,22 @@ class PoolManager:
         tracker = _WorkerTracker(self.registry, pool)
         with self._lock:
             self._trackers[spec.name] = tracker
-        self._sync_workers(spec.name)
-        from ..telemetry import install as install_telemetry
-
-        install_telemetry(pool)  # samplers on every worker, now and after restarts; never raises
+        self._sync_workers(spec.name, timeout=self.housekeeping_timeout)
+        self._dispatch("ready", pool, pool_name=pool.name)  # e.g. telemetry's samplers on every worker
         self.registry.set_pool_status(
             record.id,
             PoolStatus.READY,
             scheduler_address=running.scheduler_address,
             dashboard_link=running.dashboard_link,
         )
-        # Only now may the heartbeat thread see the pool: a stop requested while it was starting is
-        # carried out on the next beat instead of being overwritten by READY.
+        # Only now may the liveness beat act on the pool's stop requests, and housekeeping see it: a
+        # stop requested while it was starting is carried out on the next beat, not overwritten by READY.
         with self._lock:
             self._pools[spec.name] = pool
             self._current = spec.name
+        # a beat now, after the worker intervals opened: should this process die before the next
+        # one, its pool's cost (which ends at the last heartbeat) still covers the workers it started
+        self.registry.heartbeat([record.id])
         log.info("pool %s ready: %s", spec.name, running.dashboard_link)
         return pool
 
@@ -208,7 +274,7 @@ class PoolManager:
         with self._lock:
             pool = self._pools.get(name)
         if pool is not None and pool.owned:
-            self._stop_owned(pool, reason)
+            self._stop_owned(pool, reason, timeout)
             return self.registry.pool_by_id(pool.id)
         if pool is not None:  # attached: detach, then ask the owner
             self._forget(name)
@@ -234,29 +300,60 @@ class PoolManager:
             self.stop(name, reason)
         return names
 
-    def _stop_owned(self, pool: Pool, reason: str) -> None:
-        record = self.registry.pool_by_id(pool.id)
-        if record.status.is_live:
+    def _stop_owned(self, pool: Pool, reason: str, timeout: float = 60.0) -> None:
+        """Stop an owned pool; a second caller (a stop request, a budget stop) waits for the first."""
+        with self._lock:
+            finished = self._stopping.get(pool.id)
+            if finished is None:
+                finished = self._stopping[pool.id] = threading.Event()
+                self._forget(pool.name)  # no housekeeping, no second stop from now on
+                first = True
+            else:
+                first = False
+        if not first:
+            if not finished.wait(timeout):
+                log.warning("pool %s: still stopping after %.0f s (%s)", pool.name, timeout, reason)
+            return
+        try:
+            self._stop_workers(pool, reason)
+        finally:
+            with self._lock:
+                self._kept_alive.discard(pool.id)  # final now (or past saving): the beat lets it go
+                del self._stopping[pool.id]
+            finished.set()
+        self._dispatch("stopped", self.registry.pool_by_id(pool.id), pool_name=pool.name)
+
+    def _stop_workers(self, pool: Pool, reason: str) -> None:
+        # the liveness beat keeps renewing the pool meanwhile: a stop that checkpoints a job for a
+        # minute must not see its pool marked lost
+        if self.registry.pool_by_id(pool.id).status.is_live:
             self.registry.set_pool_status(pool.id, PoolStatus.STOPPING)
-        self._forget(pool.name)
-        for hook in list(self.before_stop_hooks):  # e.g. checkpoint and end the running job first
-            try:
-                hook(self, pool, reason)
-            except Exception as e:
-                log.warning("before-stop hook %s failed for pool %s: %s", getattr(hook, "__name__", hook), pool.name, e)
+        self._dispatch("before_stop", pool, reason, pool_name=pool.name)  # e.g. end the running job first
         try:
             pool.running.close()
-            final, why = PoolStatus.STOPPED, reason
+            why = reason
         except Exception as e:
-            final, why = PoolStatus.STOPPED, f"{reason}; closing reported {type(e).__name__}: {e}"
+            why = f"{reason}; closing reported {type(e).__name__}: {e}"
             log.warning("pool %s: error while closing: %s", pool.name, e)
         if self.registry.pool_by_id(pool.id).status.is_live:
-            self.registry.set_pool_status(pool.id, final, reason=why)
-        for callback in list(self.on_stopped):
+            self.registry.set_pool_status(pool.id, PoolStatus.STOPPED, reason=why)
+
+    def _stop_in_background(self, pool: Pool, reason: str) -> None:
+        """Carry out a stop off the calling thread (the liveness beat must never wait on a pool)."""
+
+        def stop() -> None:
             try:
-                callback(pool)
+                self._stop_owned(pool, reason)
             except Exception as e:
-                log.warning("on_stopped callback failed for pool %s: %s", pool.name, e)
+                log.warning("pool %s: could not stop (%s): %s: %s", pool.name, reason, type(e).__name__, e)
+
+        with self._lock:
+            running = self._stop_threads.get(pool.id)
+            if running is not None and running.is_alive():
+                return
+            thread = self._stop_threads[pool.id] = threading.Thread(target=stop, name=f"gpugeek-stop-{pool.name}",
+                                                                    daemon=True)
+        thread.start()
 
     def _forget(self, name: str) -> None:
         with self._lock:
@@ -276,60 +373,137 @@ class PoolManager:
                     pool.running.close(timeout=5)
             except Exception as e:
                 log.warning("pool %s: could not stop cleanly at exit: %s", pool.name, e)
-
-    # -- heartbeat ---------------------------------------------------------------------------------
-    def _ensure_heartbeat(self) -> None:
         with self._lock:
-            if self._heartbeat_thread is None or not self._heartbeat_thread.is_alive():
-                self._stop_event.clear()
-                self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="gpugeek-heartbeat", daemon=True)
-                self._heartbeat_thread.start()
+            in_flight = list(self._stop_threads.values())
+        for thread in in_flight:  # stops requested by other processes just before exit: let them finish
+            thread.join(timeout=60)
 
-    def _heartbeat_loop(self) -> None:
-        period = get_config().heartbeat_seconds
-        while not self._stop_event.wait(period):
+    # -- liveness ----------------------------------------------------------------------------------
+    def _ensure_threads(self) -> None:
+        with self._lock:
+            if self._threads and all(t.is_alive() for t in self._threads):
+                return
+            self._stop_event.clear()
+            self._threads = [
+                threading.Thread(target=self._every_period, args=(self.beat_once, "liveness beat"),
+                                 name="gpugeek-liveness", daemon=True),
+                threading.Thread(target=self._every_period, args=(self.schedule_housekeeping, "housekeeping"),
+                                 name="gpugeek-housekeeping", daemon=True),
+            ]
+            for thread in self._threads:
+                thread.start()
+
+    def _every_period(self, step: Callable[[], None], what: str) -> None:
+        period = self.heartbeat_seconds
+        next_at = time.monotonic() + period
+        # at a fixed rate: a slow step shortens the next wait instead of stretching the period
+        while not self._stop_event.wait(max(0.0, next_at - time.monotonic())):
+            next_at = max(next_at + period, time.monotonic())
             try:
-                self.heartbeat_once()
-            except Exception as e:  # keep beating; one failed beat is logged, not fatal
-                log.warning("heartbeat failed: %s", e)
+                step()
+            except Exception as e:  # keep going; one failed period is logged, not fatal
+                log.warning("%s failed: %s: %s", what, type(e).__name__, e)
 
-    def heartbeat_once(self) -> None:
-        owned = [p for p in self.pools() if p.owned]
-        stop_requested = self.registry.heartbeat([p.id for p in owned])
+    def beat_once(self) -> None:
+        """Renew the heartbeat of every pool this process keeps alive and hand over stop requests.
+
+        One registry write, no dask: nothing a pool does can delay it.
+        """
+        with self._lock:
+            kept = sorted(self._kept_alive)
+            ready = {p.id: p for p in self._pools.values() if p.owned}
+        if not kept:
+            return
+        stop_requested = self.registry.heartbeat(kept)
+        for pool_id, requested in stop_requested.items():
+            if requested and pool_id in ready:  # a starting pool stops once it is ready (see launch)
+                self._stop_in_background(ready[pool_id], "stop requested from another process")
+
+    # -- housekeeping ------------------------------------------------------------------------------
+    def housekeeping_time_left(self) -> float:
+        """Seconds left to the housekeeping task running on this thread (for ``heartbeat`` hooks,
+        to bound their calls); :attr:`housekeeping_timeout` when called from anywhere else."""
+        deadline = getattr(self._task, "deadline", None)
+        return self.housekeeping_timeout if deadline is None else max(0.0, deadline - time.monotonic())
+
+    def schedule_housekeeping(self) -> None:
+        """Start one housekeeping task per ready owned pool, skipping pools whose last one still runs.
+
+        Each task is a daemon thread of its own: a task stuck on a pool never holds up another
+        pool's, and never holds up the interpreter's exit (a thread pool's threads would be joined).
+        """
+        now = time.monotonic()
+        with self._lock:
+            owned = [p for p in self._pools.values() if p.owned]
+            for gone in set(self._housekeeping) - {p.id for p in owned}:
+                del self._housekeeping[gone]
         for pool in owned:
-            if stop_requested.get(pool.id):
-                self._stop_owned(pool, "stop requested from another process")
+            previous = self._housekeeping.get(pool.id)
+            if previous is not None and previous[0].is_alive():
+                if pool.id not in self._overdue:
+                    self._overdue.add(pool.id)
+                    log.warning("pool %s: housekeeping still running after %.1f s; skipping it until it ends",
+                                pool.name, now - previous[1])
                 continue
-            self._sync_workers(pool.name)
-            for hook in list(self.heartbeat_hooks):
-                try:
-                    hook(self, pool)
-                except Exception as e:
-                    log.warning("heartbeat hook %s failed for pool %s: %s", getattr(hook, "__name__", hook), pool.name, e)
+            task = threading.Thread(target=self._housekeep, args=(pool, now + self.housekeeping_timeout),
+                                    name=f"gpugeek-housekeeping-{pool.name}", daemon=True)
+            self._housekeeping[pool.id] = (task, now)
+            task.start()
 
-    def _sync_workers(self, name: str) -> None:
+    def _housekeep(self, pool: Pool, deadline: float) -> None:
+        """Worker intervals, then every plugin's ``heartbeat`` hook, for one pool, until ``deadline``."""
+        self._task.deadline = deadline
+        started = time.monotonic()
+        try:
+            self._sync_workers(pool.name, timeout=self.housekeeping_time_left())
+            for name, plugin in self.plugins.items():
+                if not self._still_housekept(pool):
+                    return  # stopped meanwhile (e.g. by the budget guard of an earlier plugin)
+                if self.housekeeping_time_left() <= 0:
+                    if pool.id not in self._overdue:
+                        self._overdue.add(pool.id)
+                        log.warning("pool %s: housekeeping passed its %.0f s deadline; plugin %r and later ones "
+                                    "wait for the next period", pool.name, self.housekeeping_timeout, name)
+                    return
+                self._call_hook(name, plugin, "heartbeat", pool, pool_name=pool.name)
+            took = time.monotonic() - started
+            if pool.id in self._overdue and took < self.heartbeat_seconds:  # back to one task per period
+                self._overdue.discard(pool.id)
+                log.info("pool %s: housekeeping caught up (%.1f s this period)", pool.name, took)
+        finally:
+            self._task.deadline = None
+
+    def _still_housekept(self, pool: Pool) -> bool:
+        with self._lock:
+            return self._pools.get(pool.name) is pool
+
+    def _sync_workers(self, name: str, timeout: float) -> None:
+        """Open and close worker intervals to match the scheduler's workers (dask calls bounded by ``timeout``)."""
         with self._lock:
             tracker = self._trackers.get(name)
         if tracker is None:
             return
         client = tracker.pool.client
+        started = time.monotonic()
         try:
-            workers = client.scheduler_info(n_workers=-1).get("workers", {})
+            # Client.scheduler_info takes no timeout; this is the same call, bounded
+            identity = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=max(0.1, timeout))
+            workers = identity.get("workers", {})
         except Exception as e:
-            log.info("pool %s: scheduler did not answer (%s)", name, e)
+            log.info("pool %s: scheduler did not answer within %.1f s (%s: %s)", name, timeout, type(e).__name__, e)
             return
         new = [a for a in workers if a not in tracker.open_intervals]
         pids: dict[str, int] = {}
         if new:
             try:
-                pids = client.run(os.getpid, workers=new, on_error="ignore")
-            except Exception as e:
+                pids = client.run(os.getpid, workers=new, on_error="ignore",
+                                  callback_timeout=max(0.1, timeout - (time.monotonic() - started)))
+            except Exception as e:  # the intervals open all the same, without a pid
                 log.debug("pool %s: could not read worker pids: %s", name, e)
+        with self._lock:
+            if self._trackers.get(name) is not tracker:
+                return  # stopped while we asked: its intervals are closed for good
         tracker.sync(workers, pids)
-
-
-_manager: PoolManager | None = None
-_manager_lock = threading.Lock()
 
 
 def _refuse_inside_a_reimported_main() -> None:
@@ -346,23 +520,3 @@ def _refuse_inside_a_reimported_main() -> None:
         )
 
 
-def create_pool_manager(registry: Registry | None = None, owner: str | None = None) -> PoolManager:
-    """A pool manager with the standard hooks, the same in a kernel, a script and the server."""
-    from ..cost.guards import install_cost_hooks
-    from ..jobs import end_jobs_before_stop
-    from .kubernetes import record_disruptions
-
-    manager = PoolManager(registry=registry, owner=owner)
-    install_cost_hooks(manager)  # utilization samples, budget and idle-shutdown watchers
-    manager.heartbeat_hooks.append(record_disruptions)  # preempted pods of kubernetes pools (no-op otherwise)
-    manager.before_stop_hooks.append(end_jobs_before_stop)  # a running job ends, with the reason, first
-    return manager
-
-
-def get_pool_manager() -> PoolManager:
-    """This process's pool manager."""
-    global _manager
-    with _manager_lock:
-        if _manager is None:
-            _manager = create_pool_manager()
-        return _manager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..cost.rates import hourly_rate
+from ..pricing import hourly_rate
 from ..spec import PoolSpec
 from ..store import PoolRecord, PoolStatus, Registry
 
@@ -102,9 +102,12 @@ class Pool:
 
         >>> pool.metrics().groupby("gpu")["sm_util_pct"].mean()     # doctest: +SKIP
         """
-        from ..telemetry import metrics
+        provider = self._manager.plugins.get("gpugeek-telemetry")  # see gpugeek_jupyter.runtime
+        if provider is None or not callable(getattr(provider, "metrics", None)):
+            from ..errors import GpugeekError
 
-        return metrics(self)
+            raise GpugeekError(f"pool {self.name!r} has no telemetry in this process (its manager has no telemetry plugin)")
+        return provider.metrics(self)
 
     def stop(self) -> None:
         """Stop the pool (its workers exit); for an attached pool, ask its owner to stop it."""

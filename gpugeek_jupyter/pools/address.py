@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import BackendUnavailableError
+from ..errors import BackendUnavailableError, Phrase, Setting
 from ._backend import ProgressCallback, RunningCluster, wait_for_workers
 
 if TYPE_CHECKING:
@@ -29,8 +29,13 @@ class AddressBackend:
             client = Client(spec.address, set_as_default=False, timeout=min(start_timeout, 10.0))
         except (OSError, TimeoutError) as e:
             raise BackendUnavailableError(
-                f"no dask scheduler answers at --address {spec.address} ({e}); start one with "
-                f"'dask scheduler' or check the address (e.g. --address tcp://127.0.0.1:8786)"
+                Phrase(
+                    "no dask scheduler answers at {address} ({cause}); start one with 'dask scheduler' "
+                    "or check the address (e.g. {example})",
+                    address=Setting(address=spec.address),
+                    cause=str(e),
+                    example=Setting(address="tcp://127.0.0.1:8786"),
+                )
             ) from e
         try:
             wait_for_workers(client, spec.count, on_progress, start_timeout, f"scheduler {spec.address}")

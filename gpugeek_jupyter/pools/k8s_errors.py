@@ -12,20 +12,36 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import BackendUnavailableError, ConflictError, GpugeekError, PoolStartError
+from ..errors import (
+    BackendUnavailableError,
+    ConflictError,
+    Field,
+    GpugeekError,
+    PerSurface,
+    Phrase,
+    PoolStartError,
+    Setting,
+    Value,
+)
 
 OPERATOR_INSTALL = (
     "helm install --repo https://helm.dask.org --create-namespace -n dask-operator "
     "--generate-name dask-kubernetes-operator"
 )
+_TEAM_NAMESPACE = Setting(namespace="team-risk")
 
 
 def no_credentials_error(cause: BaseException, kubeconfig: str | None) -> BackendUnavailableError:
     """No kubeconfig (or an unreadable one) and no in-cluster service account."""
     where = f"KUBECONFIG={kubeconfig} gives none" if kubeconfig else "KUBECONFIG is not set and ~/.kube/config gives none"
     return BackendUnavailableError(
-        f"--backend kubernetes found no Kubernetes credentials ({where}; {cause}); point KUBECONFIG at your "
-        f"cluster's config (e.g. export KUBECONFIG=~/.kube/config, then check with kubectl get nodes)"
+        Phrase(
+            "{backend} found no Kubernetes credentials ({where}; {cause}); point KUBECONFIG at your "
+            "cluster's config (e.g. export KUBECONFIG=~/.kube/config, then check with kubectl get nodes)",
+            backend=Setting(backend="kubernetes"),
+            where=where,
+            cause=str(cause),
+        )
     )
 
 
@@ -67,8 +83,12 @@ def translate_api_error(error: BaseException, namespace: str, action: str) -> Gp
     details = body.get("details") or {}
     if code == 404 and details.get("kind") == "namespaces":
         return BackendUnavailableError(
-            f"namespace '{namespace}' does not exist in this cluster (ask an admin to create it, or pick your "
-            f"team's namespace, e.g. --namespace team-risk)"
+            Phrase(
+                "namespace {namespace} does not exist in this cluster (ask an admin to create it, or pick your "
+                "team's namespace, e.g. {example})",
+                namespace=Value(namespace),
+                example=_TEAM_NAMESPACE,
+            )
         )
     if code == 404:
         return BackendUnavailableError(
@@ -77,13 +97,24 @@ def translate_api_error(error: BaseException, namespace: str, action: str) -> Gp
         )
     if code == 403 or reason == "Forbidden":
         return BackendUnavailableError(
-            f"namespace '{namespace}' is forbidden to you: {message} (ask an admin for a RoleBinding there, "
-            f"or pick a namespace you may use, e.g. --namespace team-risk)"
+            Phrase(
+                "namespace {namespace} is forbidden to you: {message} (ask an admin for a RoleBinding there, "
+                "or pick a namespace you may use, e.g. {example})",
+                namespace=Value(namespace),
+                message=message,
+                example=_TEAM_NAMESPACE,
+            )
         )
     if code == 409 or reason == "AlreadyExists":
         return ConflictError(
-            f"cannot {action}: {message} (pick another --name, or remove the old one with "
-            f"kubectl -n {namespace} delete daskcluster <name>)"
+            Phrase(
+                "cannot {action}: {message} (pick another {name}, or remove the old one with "
+                "kubectl -n {namespace} delete daskcluster <name>)",
+                action=action,
+                message=message,
+                name=Field("name"),
+                namespace=namespace,
+            )
         )
     if code == 401:
         return BackendUnavailableError(
@@ -91,7 +122,17 @@ def translate_api_error(error: BaseException, namespace: str, action: str) -> Gp
             f"(e.g. gcloud container clusters get-credentials ..., or aws eks update-kubeconfig ...)"
         )
     if code == 422 or reason == "Invalid":
-        return PoolStartError(f"the cluster rejected the manifest to {action}: {message} (see it with --dry-run)")
+        return PoolStartError(
+            Phrase(
+                "the cluster rejected the manifest to {action}: {message} ({see})",
+                action=action,
+                message=message,
+                see=PerSurface(
+                    core="see it with render_manifests(spec) from gpugeek_jupyter.pools.kubernetes",
+                    magic="see it with --dry-run",
+                ),
+            )
+        )
     return PoolStartError(f"cannot {action}: the Kubernetes API answered {code or '?'} {reason}: {message}")
 
 

@@ -121,12 +121,12 @@ def build_manifests(spec: PoolSpec, catalog: Catalog, options: KubernetesOptions
     """
     if len(spec.name) > MAX_CLUSTER_NAME:
         raise SpecError(
-            f"pool name '{spec.name}' has {len(spec.name)} characters; Kubernetes pools allow at most "
-            f"{MAX_CLUSTER_NAME} (the operator appends '-scheduler') (e.g. --name risk-a100)",
-            field="name",
+            field="name", value=spec.name, example="risk-a100",
+            rule=f"at most {MAX_CLUSTER_NAME} characters on Kubernetes (the operator appends '-scheduler')",
         )
     if not spec.namespace:
-        raise SpecError("a kubernetes pool needs a namespace (e.g. --namespace team-risk)", field="namespace")
+        raise SpecError(field="namespace", value=spec.namespace, example="team-risk",
+                        rule="a Kubernetes namespace (a kubernetes pool needs one)")
     gpu = catalog.gpu(spec.gpu_type)
     image = spec.image or catalog.image_for(spec.framework)
     prices = gpu.prices.to_dict()

@@ -30,8 +30,9 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendUnavailableError, GpugeekError, PoolStartError
+from ..errors import BackendUnavailableError, GpugeekError, Phrase, PoolStartError, Setting
 from ._backend import ProgressCallback, RunningCluster, wait_for_workers
+from ._plugin import PoolLifecyclePlugin
 from .k8s_errors import disruption_of, explain_pending, no_credentials_error, translate_api_error, unreachable_error
 from .k8s_manifest import (
     API_VERSION,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from .autoscale import AutoscalePolicy, GroupAdaptive, GroupPolicies
 
 __all__ = [
+    "DisruptionRecorder",
     "KubernetesBackend",
     "KubernetesWorkerGroup",
     "autoscale_pool",
@@ -73,7 +75,10 @@ def connect() -> Any:
         import kr8s
     except ImportError as e:
         raise BackendUnavailableError(
-            "--backend kubernetes needs the kubernetes extra (pip install 'gpugeek-jupyter[kubernetes]')"
+            Phrase(
+                "{backend} needs the kubernetes extra (pip install 'gpugeek-jupyter[kubernetes]')",
+                backend=Setting(backend="kubernetes"),
+            )
         ) from e
     import httpx
 
@@ -323,8 +328,19 @@ _DISRUPTION_PERIOD = 15.0
 _disruption_state: dict[int, tuple[float, set[str]]] = {}  # pool id -> (last check, pod uids recorded)
 
 
+class DisruptionRecorder(PoolLifecyclePlugin):
+    """Pool plugin: records preempted pods of kubernetes pools as pool events (no-op for others)."""
+
+    name = "gpugeek-kubernetes-disruptions"
+
+    def heartbeat(self, manager: PoolManager, pool: Pool) -> None:
+        """Housekeeping: :func:`record_disruptions`, at most every ``_DISRUPTION_PERIOD`` s a pool."""
+        record_disruptions(manager, pool)
+
+
 def record_disruptions(manager: PoolManager, pool: Pool) -> None:
-    """Heartbeat hook: note each preempted (disrupted) pod of a kubernetes pool as a pool event."""
+    """Note each preempted (disrupted) pod of a kubernetes pool as a pool event (the Kubernetes API
+    calls are bounded by kr8s's own request timeout)."""
     if pool.spec.backend != "kubernetes" or not pool.spec.namespace:
         return
     last, seen = _disruption_state.get(pool.id, (0.0, set()))

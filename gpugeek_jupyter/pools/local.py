@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..catalog import load_catalog
 from ..config import get_config
-from ..errors import BackendUnavailableError, PoolStartError
+from ..errors import BackendUnavailableError, Phrase, PoolStartError, Setting
 from ..nvml import discover_gpus
 from ._backend import ProgressCallback, RunningCluster, wait_for_workers
 from .worker_origin import use_forkserver
@@ -101,9 +101,17 @@ class LocalBackend:
         matching = [d for d in found.devices if gpu.matches_nvml_name(d.name)]
         if len(matching) < spec.count:
             raise BackendUnavailableError(
-                f"--gpu-type {spec.gpu_type} --count {spec.count} needs {spec.count} x {spec.gpu_type}, "
-                f"but this machine has {found.describe()}; use --gpu-type cpu here, "
-                f"or --backend kubernetes / --backend address for a cluster that has them"
+                Phrase(
+                    "{asked} needs {count} x {gpu}, but this machine has {found}; use {cpu} here, "
+                    "or {kubernetes} / {address} for a cluster that has them",
+                    asked=Setting(gpu_type=spec.gpu_type, count=spec.count),
+                    count=str(spec.count),
+                    gpu=spec.gpu_type,
+                    found=found.describe(),
+                    cpu=Setting(gpu_type="cpu"),
+                    kubernetes=Setting(backend="kubernetes"),
+                    address=Setting(backend="address"),
+                )
             )
         return ",".join(str(d.index) for d in matching[: spec.count])
 

@@ -3,7 +3,8 @@
 Routes (under the server's ``base_url``; described in ``openapi.json``, also served at
 ``GET /gpugeek/openapi.json``)::
 
-    GET    /gpugeek/pools[?namespace=]      every pool in the registry, whoever made it
+    GET    /gpugeek/pools[?namespace=]      live pools and those ended in the last 24 h, whoever made them
+    GET    /gpugeek/pools?state=ended[&before=&limit=]  history, newest first, with a ``next`` cursor
     POST   /gpugeek/pools                   launch a pool owned by this server -> 201 once registered
     GET    /gpugeek/pools/{name}            one pool (its newest record)
     DELETE /gpugeek/pools/{name}            stop it, whichever process owns it -> 200 once stopped
@@ -25,7 +26,7 @@ from typing import Any
 from traitlets.config import Config
 
 from ..config import GpugeekConfig, _load_jupyter_config_files, set_config
-from ..pools import create_pool_manager
+from ..runtime import create_pool_manager
 from ..store import get_registry
 from .handlers import SERVICE_SETTING, WRITES_EXECUTOR_SETTING, route_table
 from .service import SERVER_OWNER, GpugeekService

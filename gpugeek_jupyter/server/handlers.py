@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from http.client import responses
 from importlib import resources
 from typing import Any
 
@@ -20,10 +21,10 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
-from http.client import responses
 
-from ..errors import GpugeekError
+from ..errors import GpugeekError, Surface
 from .launch_request import parse_launch_body
+from .pools_query import parse_pools_query
 from .service import GpugeekService
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ NAMESPACE = "gpugeek"
 def error_reply(error: BaseException) -> tuple[int, dict[str, Any]]:
     """The HTTP status and JSON body that answer ``error``: the one mapping from errors to HTTP."""
     if isinstance(error, GpugeekError):
-        return error.http_status, {"message": str(error), "field": getattr(error, "field", None)}
+        return error.http_status, {"message": error.phrase(Surface.SERVER), "field": getattr(error, "field", None)}
     if isinstance(error, web.HTTPError):
         message = error.log_message % error.args if error.log_message else None
         if message is None and error.status_code == 403:
@@ -89,7 +90,8 @@ class PoolsHandler(GpugeekHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        await self.answer(self.service.list_pools, self.get_query_argument("namespace", None) or None)
+        query = parse_pools_query({key: self.get_query_argument(key) for key in self.request.query_arguments})
+        await self.answer(self.service.list_pools, query.namespace, query.state, query.before, query.limit)
 
     @web.authenticated
     @authorized

@@ -2,10 +2,16 @@
 
 A JSON body is typed, so a string where a number belongs is a mistake to name, not a value to
 coerce: ``{"count": "4"}`` is refused here with the field and a valid example, while
-``{"count": 0}`` passes to :meth:`PoolSpec.create`, which states the rule for values.
+``{"count": 0}`` passes to :meth:`PoolSpec.create`, which states the rule for values. Every error
+is phrased for JSON (:attr:`Surface.SERVER`): field names and values as the request writes them.
 
 >>> parse_launch_body(b'{"gpu_type": "cpu", "count": 2, "name": "dev"}')
 {'gpu_type': 'cpu', 'count': 2, 'name': 'dev'}
+>>> try:
+...     parse_launch_body(b'{"count": 0}')
+... except SpecError as e:
+...     print(e)
+"count" must be a whole number from 1 to 1024, got 0 (e.g. "count": 4)
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import json
 import unicodedata
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import Phrase, SpecError, Surface, phrased_for
+from ..spec import PoolSpec
 
 _STRING = "a string"
 _NUMBER = "a number"
@@ -54,12 +61,16 @@ def _json_kind(value: Any) -> str:
     return "an object"
 
 
-def _shorten(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def parse_launch_body(body: bytes) -> dict[str, Any]:
-    """Options for ``PoolSpec.create`` from a request body; SpecError (with ``field``) otherwise."""
+    """Options for ``PoolSpec.create`` from a request body; SpecError (with ``field``) otherwise,
+    phrased for JSON."""
+    with phrased_for(Surface.SERVER):
+        options = _typed_options(body)
+        PoolSpec.create(**options)  # the values' rules, phrased here; the service builds its own spec
+    return options
+
+
+def _typed_options(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body.decode("utf-8")) if body.strip() else None
     except (UnicodeDecodeError, ValueError) as e:
@@ -70,22 +81,27 @@ def parse_launch_body(body: bytes) -> dict[str, Any]:
     for key, value in data.items():
         if key not in LAUNCH_FIELDS:
             raise SpecError(
-                f"unknown field {json.dumps(_shorten(key))} in the launch request (known: {', '.join(LAUNCH_FIELDS)})",
+                Phrase("unknown field {value} in the launch request (known: {rule})"),
                 field=key,
+                value=key,
+                rule=", ".join(LAUNCH_FIELDS),
             )
         kind, nullable, example = LAUNCH_FIELDS[key]
         if (value is None and not nullable) or (value is not None and _json_kind(value) != kind):
-            shown = _shorten(json.dumps(value))
             raise SpecError(
-                f"'{key}' must be {kind}{' or null' if nullable else ''}, got {shown} ({_json_kind(value)}); "
-                f"e.g. {json.dumps({key: example})}",
+                Phrase("{field} must be {rule}, got {value} ({kind}) (e.g. {example})", kind=_json_kind(value)),
                 field=key,
+                value=value,
+                rule=kind + (" or null" if nullable else ""),
+                example=example,
             )
         if isinstance(value, str) and any(unicodedata.category(c) == "Cc" for c in value):
             raise SpecError(
-                f"'{key}' must not contain control characters, got {_shorten(json.dumps(value))}; "
-                f"e.g. {json.dumps({key: example})}",
+                Phrase("{field} must not contain control characters, got {value} (e.g. {example})"),
                 field=key,
+                value=value,
+                rule="text without control characters",
+                example=example,
             )
         options[key] = value
     return options

@@ -43,8 +43,11 @@ class PoolCost:
 
 
 def pool_cost(registry: Registry, record: PoolRecord, now: float, lost_after_seconds: float) -> PoolCost:
-    """What a pool has cost: the one place the server reads money, from the cost ledger."""
-    breakdown = ledger.pool_cost(registry, record.id, now=now, lost_after_seconds=lost_after_seconds)
+    """What a pool has cost: the one place the server reads money, from the cost ledger (without the
+    idle-spend scan over every utilization sample, which the model does not show)."""
+    breakdown = ledger.pool_cost(
+        registry, record.id, now=now, lost_after_seconds=lost_after_seconds, include_idle=False
+    )
     return PoolCost(breakdown.usd_per_hour_now, breakdown.total_usd, breakdown.budget_fraction)
 
 
@@ -75,7 +78,7 @@ def pool_telemetry(registry: Registry, record: PoolRecord, history: int = UTIL_H
     workers (``util_kind`` says which, so the panel labels it). Detailed samples need the telemetry
     engine, which the server cannot read yet: it says so instead of inventing numbers.
     """
-    rows = registry.utilization(record.id)[-history:]
+    rows = registry.latest_utilization(record.id, history)
     percents = [round(100.0 * min(1.0, max(0.0, s.mean_util)), 2) for s in rows]
     return TelemetryView(
         mean_sm_util=percents[-1] if percents else None,

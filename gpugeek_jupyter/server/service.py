@@ -3,6 +3,13 @@
 Every call blocks (SQLite, dask), so handlers run them on a thread. Errors are
 :class:`~gpugeek_jupyter.errors.GpugeekError` subclasses; the handlers map them to HTTP codes.
 
+Listing (the panel polls every 2 s) is bounded whatever the history: live pools plus the pools that
+ended in the last 24 h (at most :data:`RECENT_ENDED_LIMIT` of them), each read with indexed queries;
+older pools are paged through with ``state="ended"``. A pool that ended a minute ago or more no
+longer changes, so its cost and telemetry are computed once and kept (until its record or its data
+volumes change); only live pools are priced on every poll. Reads never write: dead owners' pools are
+marked lost by the registry's sweeper, which the service runs at most once per heartbeat period.
+
 Launching: ``launch`` validates the request, starts the pool on a background thread owned by this
 server process, and returns as soon as the pool is registered as ``starting`` (the panel polls
 until it is ``ready`` or ``failed``). A bad value, a name clash or a backend that cannot provide
@@ -17,22 +24,41 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 from ..catalog import load_catalog
 from ..config import BACKENDS, GpugeekConfig
-from ..errors import GpugeekError, NotFoundError
+from ..errors import GpugeekError, NotFoundError, SpecError
 from ..pools import PoolManager
 from ..spec import PoolSpec
-from ..store import JobRecord, PoolRecord, Registry, WorkerInterval
-from .models import job_usd, make_job_model, make_pool_model, pool_cost, pool_telemetry
+from ..store import (
+    RECENT_WINDOW_SECONDS,
+    JobRecord,
+    PoolRecord,
+    Registry,
+    WorkerInterval,
+)
+from .models import (
+    PoolCost,
+    TelemetryView,
+    job_usd,
+    make_job_model,
+    make_pool_model,
+    pool_cost,
+    pool_telemetry,
+)
+from .pools_query import DEFAULT_PAGE, ENDED, LIVE, RECENT, STATES
 
 log = logging.getLogger(__name__)
 
 SERVER_OWNER = "server"
 REGISTRATION_TIMEOUT_S = 60.0  # a new pool row needs one SQLite write; this only bounds a locked file
+RECENT_ENDED_LIMIT = 30  # ended pools in the panel's default answer; older ones are on the history pages
+SETTLED_AFTER_END_S = 60.0  # an owner's last writes (a heartbeat's sample) land within this after the end
+SETTLED_KEPT = 1024  # ended pools whose cost and telemetry are kept (a poll plus a few history pages)
 
 
 class GpugeekService:
@@ -45,31 +71,69 @@ class GpugeekService:
         self._launches: dict[str, Future[None]] = {}
         self._launches_lock = threading.Lock()
         self._clients: dict[str, Any] = {}  # scheduler address -> dask Client, for other owners' pools
+        self._sweep_lock = threading.Lock()
+        self._settled: OrderedDict[int, tuple[tuple[PoolRecord, int], PoolCost, TelemetryView]] = OrderedDict()
+        self._settled_lock = threading.Lock()
+        self._next_sweep = 0.0  # time.monotonic() of the next lost-pool sweep
 
     @property
     def registry(self) -> Registry:
         return self.manager.registry
 
     # -- pools -----------------------------------------------------------------------------------
-    def list_pools(self, namespace: str | None = None) -> dict[str, Any]:
-        """Every pool, whoever made it: the newest record of each name (names key the panel's rows)."""
-        self.registry.mark_lost_pools(self.config.lost_after_seconds)
-        newest: dict[str, PoolRecord] = {}
-        for record in self.registry.list_pools(namespace=namespace):
-            newest[record.name] = record  # ordered by id, so later records win
-        records = sorted(newest.values(), key=lambda r: r.id)
-        intervals = self.registry.worker_intervals()
+    def list_pools(
+        self,
+        namespace: str | None = None,
+        state: str = RECENT,
+        before: int | None = None,
+        limit: int = DEFAULT_PAGE,
+    ) -> dict[str, Any]:
+        """Pools, whoever made them. ``recent`` (the panel's default): live pools plus the pools that
+        ended in the last 24 h, the newest record of each name (names key the panel's rows), oldest
+        first. ``live``: live pools only. ``ended``: one page of history, every record, newest first,
+        with ``next``, the ``before`` of the following page (None on the last one).
+
+        >>> service.list_pools(state="ended", before=120, limit=2)  # doctest: +SKIP
+        {'pools': [{'name': 'sweep-7', ...}, {'name': 'dev', ...}], 'next': 117}
+        """
+        if state not in STATES:
+            raise SpecError(f"state must be one of {', '.join(map(repr, STATES))}, got {state!r}; e.g. 'ended'", field="state")
+        self.sweep_lost_pools()
         now = self.clock()
-        return {"pools": [self._pool_model(r, intervals, now) for r in records]}
+        if state == ENDED:
+            page = self.registry.ended_pools(before_id=before, limit=limit + 1, namespace=namespace)
+            more = len(page) > limit
+            page = page[:limit]
+            return {"pools": self._pool_models(page, now), "next": page[-1].id if more else None}
+        if state == LIVE:
+            records = self.registry.list_pools(live_only=True, namespace=namespace)
+        else:
+            records = self.registry.recent_pools(
+                ended_since=now - RECENT_WINDOW_SECONDS, namespace=namespace, ended_limit=RECENT_ENDED_LIMIT
+            )
+            newest = {r.name: r for r in records}  # ordered by id, so later records win
+            records = sorted(newest.values(), key=lambda r: r.id)
+        return {"pools": self._pool_models(records, now)}
 
     def pool(self, name: str) -> dict[str, Any]:
+        """The newest pool called ``name``, live or ended."""
+        self.sweep_lost_pools()
         record = self.registry.latest_pool(name)
         return {"pool": self._pool_model(record)}
+
+    def sweep_lost_pools(self) -> None:
+        """Mark dead or silent owners' pools lost, at most once per heartbeat period: the sweeper
+        reads the few live pools and writes only when one is lost, but the panel polls often."""
+        with self._sweep_lock:
+            if time.monotonic() < self._next_sweep:
+                return
+            self._next_sweep = time.monotonic() + self.config.heartbeat_seconds
+        self.registry.mark_lost_pools(self.config.lost_after_seconds)
 
     def launch(self, options: dict[str, Any]) -> dict[str, Any]:
         """Validate ``options``, start the pool in this process, return it once it is registered."""
         spec = PoolSpec.create(**options)
-        before = max((r.id for r in self.registry.list_pools()), default=0)
+        before = self.registry.newest_pool_id()
         done: Future[None] = Future()
         thread = threading.Thread(
             target=self._launch_in_background, args=(spec, done), name=f"gpugeek-launch-{spec.name}", daemon=True
@@ -93,11 +157,9 @@ class GpugeekService:
             time.sleep(0.02)
 
     def _registered(self, name: str, after_id: int) -> PoolRecord | None:
-        for record in self.registry.list_pools():
+        for record in self.registry.pools_named(name, after_id):
             if (
-                record.id > after_id
-                and record.name == name
-                and record.owner == self.manager.owner
+                record.owner == self.manager.owner
                 and record.owner_pid == os.getpid()
             ):
                 return record
@@ -155,14 +217,52 @@ class GpugeekService:
             client = self._clients[address] = Client(address, set_as_default=False, timeout=3)
         return client
 
+    def _pool_models(self, records: list[PoolRecord], now: float) -> list[dict[str, Any]]:
+        """Models of ``records``: running workers read for the live ones in one query; an ended
+        pool's cost and telemetry computed once and kept while its record and data volumes stay."""
+        intervals = self.registry.open_worker_intervals([r.id for r in records if r.status.is_live])
+        marks = self.registry.data_volume_marks([r.id for r in records if not r.status.is_live])
+        return [self._pool_model(r, intervals, now, volumes_mark=marks.get(r.id, 0)) for r in records]
+
     def _pool_model(
-        self, record: PoolRecord, intervals: list[WorkerInterval] | None = None, now: float | None = None
+        self,
+        record: PoolRecord,
+        intervals: list[WorkerInterval] | None = None,
+        now: float | None = None,
+        volumes_mark: int | None = None,
     ) -> dict[str, Any]:
         now = self.clock() if now is None else now
         if intervals is None:
             intervals = self.registry.worker_intervals(record.id)
+        settled = (
+            volumes_mark is not None
+            and record.ended_at is not None
+            and not record.status.is_live
+            and now - record.ended_at > SETTLED_AFTER_END_S
+        )
+        if settled:
+            cost, telemetry = self._settled_parts(record, now, volumes_mark or 0)
+        else:
+            cost = pool_cost(self.registry, record, now, self.config.lost_after_seconds)
+            telemetry = pool_telemetry(self.registry, record)
+        return make_pool_model(record, intervals, cost, telemetry)
+
+    def _settled_parts(self, record: PoolRecord, now: float, volumes_mark: int) -> tuple[PoolCost, TelemetryView]:
+        """Cost and telemetry of a pool that ended a while ago: they change only with its record or
+        with a data volume stated later, so they are computed once per (record, newest volume)."""
+        key = (record, volumes_mark)
+        with self._settled_lock:
+            kept = self._settled.get(record.id)
+            if kept is not None and kept[0] == key:
+                self._settled.move_to_end(record.id)
+                return kept[1], kept[2]
         cost = pool_cost(self.registry, record, now, self.config.lost_after_seconds)
-        return make_pool_model(record, intervals, cost, pool_telemetry(self.registry, record))
+        telemetry = pool_telemetry(self.registry, record)
+        with self._settled_lock:
+            self._settled[record.id] = (key, cost, telemetry)
+            while len(self._settled) > SETTLED_KEPT:
+                self._settled.popitem(last=False)
+        return cost, telemetry
 
     # -- jobs ------------------------------------------------------------------------------------
     def list_jobs(self, pool: str | None = None) -> dict[str, Any]:

@@ -100,10 +100,10 @@ def load_bokehjs() -> None:
 def _resolve_pool(pool: Pool | None) -> Pool:
     if pool is not None:
         return pool
-    from .. import current_pool
     from ..errors import GpugeekError
+    from ..runtime import get_pool_manager
 
-    current = current_pool()
+    current = get_pool_manager().current
     if current is None:
         raise GpugeekError(
             "no current pool to monitor; launch one (e.g. %gpugeek_launch --gpu-type cpu --count 2) or pass --pool NAME"

@@ -18,36 +18,44 @@ def test_valid_spec_normalises_strings_from_a_magic_line() -> None:
 @pytest.mark.parametrize(
     ("options", "field", "bad_value", "example"),
     [
-        ({"count": "0"}, "count", "'0'", "--count 4"),
-        ({"count": "two"}, "count", "'two'", "--count 4"),
-        ({"count": 2.5}, "count", "'2.5'", "--count 4"),
-        ({"count": "5000"}, "count", "'5000'", "--count 4"),
-        ({"gpu_type": "V100"}, "gpu_type", "'V100'", "--gpu-type A100-80GB"),
-        ({"backend": "slurm"}, "backend", "'slurm'", "--backend local"),
-        ({"spot_fraction": "1.5"}, "spot_fraction", "'1.5'", "--spot-fraction 0.7"),
-        ({"spot_fraction": "nan"}, "spot_fraction", "'nan'", "--spot-fraction 0.7"),
-        ({"budget": "-1"}, "budget", "'-1'", "--budget 200"),
-        ({"idle_timeout": "soon"}, "idle_timeout", "'soon'", "--idle-timeout 20"),
-        ({"name": "My Pool"}, "name", "'My Pool'", "--name dev"),
-        ({"name": "-dev"}, "name", "'-dev'", "--name dev"),
-        ({"gpu_type": "T4", "interconnect": "NVLink"}, "interconnect", "'NVLink'", "--interconnect PCIe"),
-        ({"framework": "TensorFlow 1"}, "framework", "'TensorFlow 1'", "--framework"),
-        ({"backend": "address"}, "address", "--address", "--address tcp://127.0.0.1:8786"),
-        ({"backend": "address", "address": "not an address"}, "address", "'not an address'", "--address tcp://"),
-        ({"address": "tcp://1.2.3.4:8786"}, "address", "'tcp://1.2.3.4:8786'", "--backend address"),
-        ({"backend": "kubernetes", "namespace": "Team_Risk"}, "namespace", "'Team_Risk'", "--namespace team-risk"),
-        ({"price": "-2"}, "price", "'-2'", "--price 2.10"),
-        ({"base_pricing": "free"}, "base_pricing", "'free'", "--pricing reserved"),
+        ({"count": "0"}, "count", "'0'", "count=4"),
+        ({"count": "two"}, "count", "'two'", "count=4"),
+        ({"count": 2.5}, "count", "2.5", "count=4"),
+        ({"count": "5000"}, "count", "'5000'", "count=4"),
+        ({"gpu_type": "V100"}, "gpu_type", "'V100'", "gpu_type='A100-80GB'"),
+        ({"backend": "slurm"}, "backend", "'slurm'", "backend='local'"),
+        ({"spot_fraction": "1.5"}, "spot_fraction", "'1.5'", "spot_fraction=0.7"),
+        ({"spot_fraction": "nan"}, "spot_fraction", "'nan'", "spot_fraction=0.7"),
+        ({"budget": "-1"}, "budget", "'-1'", "budget=200"),
+        ({"idle_timeout": "soon"}, "idle_timeout", "'soon'", "idle_timeout=20"),
+        ({"name": "My Pool"}, "name", "'My Pool'", "name='dev'"),
+        ({"name": "-dev"}, "name", "'-dev'", "name='dev'"),
+        ({"gpu_type": "T4", "interconnect": "NVLink"}, "interconnect", "'NVLink'", "interconnect='PCIe'"),
+        ({"framework": "TensorFlow 1"}, "framework", "'TensorFlow 1'", "framework='PyTorch"),
+        ({"backend": "address"}, "address", "backend='address' needs address", "address='tcp://127.0.0.1:8786'"),
+        ({"backend": "address", "address": "not an address"}, "address", "'not an address'", "address='tcp://"),
+        ({"address": "tcp://1.2.3.4:8786"}, "address", "'tcp://1.2.3.4:8786'", "backend='address'"),
+        ({"backend": "kubernetes", "namespace": "Team_Risk"}, "namespace", "'Team_Risk'", "namespace='team-risk'"),
+        ({"price": "-2"}, "price", "'-2'", "price=2.1"),
+        ({"base_pricing": "free"}, "base_pricing", "'free'", "base_pricing='reserved'"),
     ],
 )
-def test_invalid_value_is_named_with_an_example(options: dict, field: str, bad_value: str, example: str) -> None:
+def test_invalid_value_is_named_with_a_keyword_example(options: dict, field: str, bad_value: str, example: str) -> None:
     with pytest.raises(SpecError) as raised:
         PoolSpec.create(**options)
     message = str(raised.value)
     assert "\n" not in message
     assert bad_value in message
     assert example in message
+    assert "--" not in message and "%gpugeek" not in message
     assert raised.value.field == field
+
+
+def test_a_field_error_carries_its_facts() -> None:
+    with pytest.raises(SpecError) as raised:
+        PoolSpec.create(count="0")
+    error = raised.value
+    assert (error.field, error.value, error.rule, error.example) == ("count", "0", "a whole number from 1 to 1024", 4)
 
 
 def test_spot_fraction_rounds_half_up_and_labels_the_first_workers_spot() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpugeek_jupyter.cost.rates import prices_in_force
+from gpugeek_jupyter.pricing import prices_in_force
 from gpugeek_jupyter.spec import PoolSpec
 from gpugeek_jupyter.store import PoolStatus, Registry
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpugeek_jupyter.magics.cost import CostMagics, print_notice
-from gpugeek_jupyter.pools import get_pool_manager
+from gpugeek_jupyter.magics.cost import CostMagics, NoticePrinter
+from gpugeek_jupyter.runtime import get_pool_manager
 from gpugeek_jupyter.store import get_registry
 
 from .conftest import add_ready_pool
@@ -56,6 +57,11 @@ def test_all_pools_report_and_chart(shell, capsys):
         ("--compare-owned --gpu-type H100-80GB --hours-per-month 10 --count 2.5", r"--count must be a whole number >= 1, got '2.5'"),
         ("--compare-owned --gpu-type H100-80GB --hours-per-month lots", r"--hours-per-month must be a number, got 'lots' \(e.g. --hours-per-month 200\)"),
         ("--compare-owned --gpu-type V100 --hours-per-month 10", r"unknown GPU type 'V100'"),
+        ("--compare-owned --gpu-type H100-80GB --hours-per-month 10 --watts -5",
+         r"^--watts must be a number from 0, got -5.0 \(e.g. --watts 700\)$"),
+        ("--compare-owned --gpu-type H100-80GB --hours-per-month 10 --pricing cheap",
+         r"^--pricing must be on-demand, spot or reserved, got 'cheap' \(e.g. --pricing reserved\)$"),
+        ("--all --since 'last week'", r"^--since 'last week' is not a date \(e.g. --since 2026-11-01 or --since 2026-11-01T09:30\)$"),
         ("--all --storage-gb 5", r"--storage-gb/--network-gb need one pool or --job, not --all"),
         ("--job nope", r"no job with id 'nope'"),
     ],
@@ -76,6 +82,8 @@ def test_compare_owned_shows_the_users_number_among_utilization_levels(shell, ca
 
 def test_notices_are_printed_once_per_process_however_often_the_magics_load(shell, capsys):
     shell.register_magics(CostMagics)
-    assert get_pool_manager().notices.count(print_notice) == 1
-    print_notice(None, "budget-warning", "pool 'x' has spent USD 8.00 of its USD 10.00 budget (80%)")
+    printers = [p for p in get_pool_manager().plugins.values() if isinstance(p, NoticePrinter)]
+    assert len(printers) == 1
+    get_pool_manager().post_notice(SimpleNamespace(name="x"), "budget-warning",  # type: ignore[arg-type]
+                                   "pool 'x' has spent USD 8.00 of its USD 10.00 budget (80%)")
     assert capsys.readouterr().err == "gpugeek: pool 'x' has spent USD 8.00 of its USD 10.00 budget (80%)\n"

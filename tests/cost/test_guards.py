@@ -13,7 +13,8 @@ import pytest
 import gpugeek_jupyter
 from gpugeek_jupyter.cost.guards import CostWatch, install_cost_hooks
 from gpugeek_jupyter.cost.ledger import pool_cost
-from gpugeek_jupyter.pools import get_pool_manager
+from gpugeek_jupyter.pools import PoolLifecyclePlugin
+from gpugeek_jupyter.runtime import get_pool_manager
 from gpugeek_jupyter.store import JobStatus, PoolStatus
 from support.waiting import wait_for
 
@@ -28,31 +29,41 @@ def _burn_cpu(seconds: float) -> int:
     return n
 
 
+class RecordNotices(PoolLifecyclePlugin):
+    def __init__(self) -> None:
+        self.notices: list[tuple[str, str]] = []
+
+    def notice(self, manager: Any, pool: Any, kind: str, message: str) -> None:
+        self.notices.append((kind, message))
+
+
 def test_every_manager_gets_the_cost_watch_once():
     manager = get_pool_manager()
-    watches = [h for h in manager.heartbeat_hooks if isinstance(h, CostWatch)]
+    watches = [p for p in manager.plugins.values() if isinstance(p, CostWatch)]
     assert len(watches) == 1
-    assert install_cost_hooks(manager) is watches[0]
-    assert len([h for h in manager.heartbeat_hooks if isinstance(h, CostWatch)]) == 1
+    again = install_cost_hooks(manager)
+    assert [p for p in manager.plugins.values() if isinstance(p, CostWatch)] == [again]
 
 
 def test_budget_warns_once_at_80_percent_then_checkpoints_and_stops_the_job_and_the_pool():
     manager = get_pool_manager()
-    notices: list[tuple[str, str]] = []
+    recorder = RecordNotices()
+    notices = recorder.notices
     checkpoints: list[tuple[str, int]] = []
-    manager.notices.append(lambda pool, kind, message: notices.append((kind, message)))
+    manager.register_plugin(recorder, name="test-notices")
 
-    def checkpoint_first(manager: Any, pool: Any, reason: str) -> None:
-        # the workers are still there: a job could save its state now
-        checkpoints.append((reason, pool.client.submit(sum, [40, 2], pure=False).result(timeout=10)))
+    class CheckpointFirst(PoolLifecyclePlugin):
+        def before_stop(self, manager: Any, pool: Any, reason: str) -> None:
+            # the workers are still there: a job could save its state now
+            checkpoints.append((reason, pool.client.submit(sum, [40, 2], pure=False).result(timeout=10)))
 
-    manager.before_stop_hooks.append(checkpoint_first)
+    manager.register_plugin(CheckpointFirst(), name="test-checkpoint")
     # 2 workers at USD 720/h each: USD 0.40 a second, so 80 % of USD 1.20 comes after ~2.4 s
     pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, name="budget", price=720, budget=1.2)
     job = manager.registry.add_job("job-budget", pool.id, pool.name, "torchrun", "sha", ranks=2)
 
     wait_for(lambda: not pool.record.status.is_live, 30, "the budget stop")
-    # the notice is posted by the heartbeat thread once the stop has returned: a moment after the status
+    # the notice is posted by the housekeeping thread once the stop has returned: a moment after the status
     wait_for(lambda: any(k == "budget-stop" for k, _ in notices), 10, "the budget-stop notice")
 
     record = pool.record
@@ -73,8 +84,9 @@ def test_budget_warns_once_at_80_percent_then_checkpoints_and_stops_the_job_and_
 
 def test_idle_pool_stops_itself_after_its_timeout_but_not_while_busy():
     manager = get_pool_manager()
-    notices: list[tuple[str, str]] = []
-    manager.notices.append(lambda pool, kind, message: notices.append((kind, message)))
+    recorder = RecordNotices()
+    notices = recorder.notices
+    manager.register_plugin(recorder, name="test-notices")
     pool = gpugeek_jupyter.launch(gpu_type="cpu", count=1, name="idle", idle_timeout=0.05)  # 3 seconds
 
     burning = pool.client.submit(_burn_cpu, 6.0, pure=False)

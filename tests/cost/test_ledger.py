@@ -136,7 +136,7 @@ def test_job_cost_is_every_worker_of_its_pool_while_it_ran(clocked_registry, clo
     clock.at(0.25 * HOUR)
     registry.add_job("job-a", pool, "h100", "torchrun", "sha", ranks=2)
     clock.at(0.75 * HOUR)
-    registry.update_job("job-a", status=JobStatus.SUCCEEDED)
+    registry.set_job_status("job-a", JobStatus.SUCCEEDED)
     clock.at(HOUR)
     registry.add_job("job-b", pool, "h100", "torchrun", "sha", ranks=2)
     clock.at(1.5 * HOUR)
@@ -230,7 +230,7 @@ def test_a_job_holds_its_own_storage_or_else_its_pools(clocked_registry, clock):
 
 def test_negative_volumes_are_refused_with_an_example(clocked_registry):
     pool = _seventy_thirty_pool(clocked_registry)
-    with pytest.raises(SpecError, match=r"storage_gb must be a number of GB >= 0, got '-5' \(e.g. --storage-gb 500\)"):
+    with pytest.raises(SpecError, match=r"^storage_gb must be a number of GB >= 0, got -5 \(e.g. storage_gb=500\)$"):
         record_data_volume(clocked_registry, pool, storage_gb=-5)
 
 

@@ -60,10 +60,13 @@ def test_purchase_and_power_default_to_the_catalog():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"hours_per_month": 800}, r"hours_per_month must be a number from 0 to 730, got '800' \(e.g. --hours-per-month 200\)"),
-        ({"hours_per_month": 10, "pue": 0.5}, r"pue must be a number from 1, got '0.5' \(e.g. --pue 1.4\)"),
-        ({"hours_per_month": 10, "pricing": "cheap"}, r"pricing 'cheap' must be on-demand, spot or reserved"),
-        ({"hours_per_month": 10, "count": 0}, r"count must be a number from 1, got '0'"),
+        ({"hours_per_month": 800}, r"^hours_per_month must be a number from 0 to 730, got 800 \(e.g. hours_per_month=200\)$"),
+        ({"hours_per_month": 10, "pue": 0.5}, r"^pue must be a number from 1, got 0.5 \(e.g. pue=1.4\)$"),
+        ({"hours_per_month": 10, "pricing": "cheap"},
+         r"^pricing must be on-demand, spot or reserved, got 'cheap' \(e.g. pricing='reserved'\)$"),
+        ({"hours_per_month": 10, "count": 0}, r"^count must be a number from 1, got 0 \(e.g. count=8\)$"),
+        ({"hours_per_month": 10, "power_watts": -1},
+         r"^power_watts must be a number from 0, got -1 \(e.g. power_watts=700\)$"),
     ],
 )
 def test_bad_owned_inputs_are_refused_naming_the_value_and_an_example(options, message):
@@ -78,7 +81,7 @@ def _pool_with_a_job(registry, clock):
     clock.at(HOUR)
     registry.add_job("job-1", pool, "train", "torchrun", "sha", ranks=2)
     clock.at(2 * HOUR)
-    registry.update_job("job-1", status="succeeded")
+    registry.set_job_status("job-1", "succeeded")
     record_data_volume(registry, pool, storage_gb=100, network_gb=20, stated=True)
     clock.at(3 * HOUR)
     registry.heartbeat([pool])
@@ -132,7 +135,9 @@ def test_csv_export_matches_the_dataframe(clocked_registry, clock, tmp_path):
 def test_bar_chart_has_one_bar_per_row_stacked_by_kind(clocked_registry, clock):
     _pool_with_a_job(clocked_registry, clock)
     rows = tco.cost_report(clocked_registry, pool="train")
-    fig = tco.bar_chart(rows)
+    from gpugeek_jupyter.widgets.cost_chart import bar_chart
+
+    fig = bar_chart(rows)
     assert list(fig.x_range.factors) == ["train", "train / job-1"]
     stacked = [r.glyph.top.expr.fields for r in fig.renderers]  # bokeh's stack() of the four kinds
     assert len(fig.renderers) == 4 and stacked[-1] == ("busy compute", "idle compute", "storage", "network")
@@ -140,7 +145,7 @@ def test_bar_chart_has_one_bar_per_row_stacked_by_kind(clocked_registry, clock):
 
 def test_since_accepts_dates_and_refuses_other_text():
     assert tco.parse_since("2026-11-01") == pytest.approx(__import__("datetime").datetime(2026, 11, 1).timestamp())
-    with pytest.raises(SpecError, match=r"--since 'last week' is not a date \(e.g. --since 2026-11-01"):
+    with pytest.raises(SpecError, match=r"^since 'last week' is not a date \(e.g. since='2026-11-01' or since='2026-11-01T09:30'\)$"):
         tco.parse_since("last week")
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import gpugeek_jupyter
 from gpugeek_jupyter.jobs import run_cell
-from gpugeek_jupyter.pools import get_pool_manager
+from gpugeek_jupyter.runtime import get_pool_manager
 from gpugeek_jupyter.store import JobStatus, PoolStatus
 from support.processes import wait_until_gone
 from support.waiting import poll

@@ -31,6 +31,18 @@ def test_api_key_comes_from_the_environment_and_is_never_shown(monkeypatch: pyte
     assert not ClusterClient(api_key="").has_api_key
 
 
+def test_create_job_mistakes_name_keyword_arguments_not_flags() -> None:
+    from gpugeek_jupyter import ClusterClient
+    from gpugeek_jupyter.errors import SpecError
+
+    with pytest.raises(SpecError) as raised:
+        ClusterClient().create_job(gpu_type="A100-80GB", count=0)
+    assert str(raised.value) == "count must be a whole number from 1 to 1024, got 0 (e.g. count=4)"
+    with pytest.raises(SpecError) as raised:
+        ClusterClient().create_job(gpu_type="cpu", count=2, name="\n")
+    assert str(raised.value).endswith("got '\\n' (e.g. name='dev')") and "\n" not in str(raised.value)
+
+
 @pytest.mark.timeout(120)
 def test_create_job_launches_a_pool_and_runs_a_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpugeek_jupyter import ClusterClient

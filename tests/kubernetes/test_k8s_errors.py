@@ -15,7 +15,7 @@ import httpx
 import kr8s
 import pytest
 
-from gpugeek_jupyter.errors import BackendUnavailableError, ConflictError, PoolStartError
+from gpugeek_jupyter.errors import BackendUnavailableError, ConflictError, PoolStartError, Surface
 from gpugeek_jupyter.pools.k8s_errors import disruption_of, explain_pending, explain_unschedulable, translate_api_error
 from gpugeek_jupyter.pools.kubernetes import KubernetesBackend, connect
 from gpugeek_jupyter.spec import PoolSpec
@@ -123,14 +123,16 @@ def test_an_existing_daskcluster_of_the_same_name_is_a_conflict() -> None:
                   {"name": "risk", "group": "kubernetes.dask.org", "kind": "daskclusters"})
     translated = translate_api_error(server_error(409, body), "team-risk", "create DaskCluster 'risk'")
     assert isinstance(translated, ConflictError)
-    assert "--name" in str(translated) and "kubectl -n team-risk delete daskcluster" in str(translated)
+    assert "pick another name," in str(translated) and "kubectl -n team-risk delete daskcluster" in str(translated)
+    assert "pick another --name," in translated.phrase(Surface.MAGIC)
 
 
 def test_a_rejected_manifest_points_at_dry_run() -> None:
     body = status(422, "Invalid", 'DaskCluster.kubernetes.dask.org "risk" is invalid: spec.worker.replicas: Invalid value: '
                   '"string": spec.worker.replicas in body must be of type integer: "string"')
     translated = translate_api_error(server_error(422, body), "team-risk", "create DaskCluster 'risk'")
-    assert isinstance(translated, PoolStartError) and "--dry-run" in str(translated)
+    assert isinstance(translated, PoolStartError) and "render_manifests(spec)" in str(translated)
+    assert "(see it with --dry-run)" in translated.phrase(Surface.MAGIC) and "--dry-run" not in str(translated)
 
 
 # -- Pending pods (recorded pod status and events) ---------------------------------------------------

@@ -172,9 +172,12 @@ def test_the_builder_is_pure() -> None:
 
 
 def test_a_name_too_long_for_the_operator_is_refused_with_an_example() -> None:
-    with pytest.raises(SpecError, match=r"at most 53 .*e\.g\. --name") as caught:
+    from gpugeek_jupyter.errors import Surface
+
+    with pytest.raises(SpecError, match=r"at most 53 .*e\.g\. name='risk-a100'") as caught:
         build_manifests(kube_spec(name="r" * 54), CATALOG, OPTIONS)
     assert caught.value.field == "name"
+    assert "(e.g. --name risk-a100)" in caught.value.phrase(Surface.MAGIC)
 
 
 def test_worker_names_map_back_to_their_group() -> None:

@@ -129,3 +129,20 @@ def test_kernel_shutdown_stops_its_pools_cleanly(isolated_registry: Path) -> Non
     record = registry.latest_pool("short")
     assert (record.status, record.reason) == (PoolStatus.STOPPED, "its owner exited")
     assert wait_until_gone(pids, 10) == []
+
+
+def test_a_pool_card_shows_its_pool_stopped_and_leaves_no_plugin_behind(kernel: KernelSession) -> None:
+    cards = "sorted(n for n in get_pool_manager().plugins if n.startswith('gpugeek-pool-card'))"
+    launched = kernel.run(
+        "from gpugeek_jupyter.runtime import get_pool_manager\n"
+        "%gpugeek_launch --gpu-type cpu --count 1 --name card-a\n"
+        "%gpugeek_launch --gpu-type cpu --count 1 --name card-b\n"
+        f"updaters = [get_pool_manager().plugins[n] for n in {cards}]\n"
+        "print(len(updaters))"
+    )
+    assert launched.error is None, launched.text
+    assert launched.stdout.strip().endswith("2")  # one plugin per card, whatever else launched before
+    stopped = kernel.run(f"%gpugeek_stop card-a\n%gpugeek_stop card-b\nprint({cards})\n"
+                         "print([u.card.text.split()[:2] for u in updaters])")
+    assert stopped.error is None, stopped.text
+    assert stopped.stdout.strip().splitlines()[-2:] == ["[]", "[['card-a', 'stopped'], ['card-b', 'stopped']]"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpugeek_jupyter.cost.rates import prices_in_force
+from gpugeek_jupyter.pricing import prices_in_force
 from gpugeek_jupyter.server.handlers import route_table
 from gpugeek_jupyter.server.models import make_job_model, make_pool_model, job_usd, pool_cost, pool_telemetry
 from gpugeek_jupyter.spec import PoolSpec
@@ -113,7 +113,7 @@ def test_job_costs_the_pool_workers_only_while_it_ran(registry: Registry, clock:
     job = registry.add_job("job-2", record.id, record.name, "torchrun", "cd" * 32, ranks=2)
     clock.now = START + 1500.0
     registry.heartbeat([record.id])
-    registry.update_job("job-2", status=JobStatus.SUCCEEDED)
+    registry.set_job_status("job-2", JobStatus.SUCCEEDED)
     clock.now = START + 3000.0
     registry.heartbeat([record.id])
     model = make_job_model(registry.job(job.id), job_usd(registry, registry.job(job.id), clock.now, LOST_AFTER), clock.now)

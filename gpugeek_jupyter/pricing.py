@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..catalog import load_catalog
-from ..config import get_config
+from .catalog import load_catalog
+from .config import get_config
 
 if TYPE_CHECKING:
-    from ..spec import PoolSpec
+    from .spec import PoolSpec
 
 
 def prices_in_force(spec: PoolSpec) -> dict[str, Any]:

@@ -1,0 +1,63 @@
+"""The registry: one SQLite file (WAL) that every kernel and the server share.
+
+It holds pools (spec, backend, addresses, owner, status, heartbeat), worker intervals (when each
+worker ran and whether it was priced as spot or reserved; cost is computed from these rows),
+jobs, and, for cost's idle spend, storage and network, one utilization sample per heartbeat and
+the data volumes a pool or job recorded or a user stated. Anything that must survive a crash lives
+here, and only here.
+
+Pool statuses and their transitions (see :class:`PoolStatus`):
+``starting -> ready -> stopping -> stopped``; ``starting -> failed``; any live status -> ``lost``
+when its owner stops heart-beating (killed kernel). ``stopped``, ``failed`` and ``lost`` are final.
+:meth:`Registry.mark_lost_pools` is the sweeper that makes pools lost; reads never write.
+
+Concurrency: each thread gets its own connection; writes use ``BEGIN IMMEDIATE`` with a generous
+``busy_timeout`` plus a retry loop, so "database is locked" never reaches a user.
+
+Schema: numbered steps applied on open (``PRAGMA user_version``), see :mod:`._migrations`.
+
+Modules: ``_connection`` (connections, write transactions), ``_migrations`` (schema steps),
+``_records`` (statuses, records), ``_pools``, ``_workers``, ``_jobs``, ``_utilization`` (queries),
+``_registry`` (:class:`Registry`, :func:`get_registry`).
+"""
+
+from __future__ import annotations
+
+from ._migrations import MIGRATIONS, SCHEMA_VERSION, Migration
+from ._pools import KEEP
+from ._processes import process_is_alive, process_started_at
+from ._records import (
+    LIVE_STATUSES,
+    DataVolume,
+    JobRecord,
+    JobStatus,
+    PoolRecord,
+    PoolStatus,
+    UtilizationSample,
+    WorkerInterval,
+)
+from ._registry import Registry, get_registry
+from ._registry import _registries as _registries  # tests reset it
+from ._registry import _registries_lock as _registries_lock
+
+RECENT_WINDOW_SECONDS = 24 * 3600.0  # "recent" pools: ended in the last day (the panel, %gpugeek_pools)
+
+__all__ = [
+    "KEEP",
+    "LIVE_STATUSES",
+    "MIGRATIONS",
+    "RECENT_WINDOW_SECONDS",
+    "SCHEMA_VERSION",
+    "DataVolume",
+    "JobRecord",
+    "JobStatus",
+    "Migration",
+    "PoolRecord",
+    "PoolStatus",
+    "Registry",
+    "UtilizationSample",
+    "WorkerInterval",
+    "get_registry",
+    "process_is_alive",
+    "process_started_at",
+]

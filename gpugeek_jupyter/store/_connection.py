@@ -1,0 +1,84 @@
+"""Connections to the registry file: one per thread (and per process after a fork), WAL mode.
+
+Writes use ``BEGIN IMMEDIATE`` with a generous ``busy_timeout`` plus a retry loop, so "database is
+locked" never reaches a user. Reads run outside transactions and never write.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+BUSY_TIMEOUT_S = 60.0
+LOCK_RETRY_S = 120.0  # how long a writer keeps retrying a locked file before the error reaches the caller
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A new autocommit connection to ``path`` with the registry's pragmas."""
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    db.row_factory = sqlite3.Row
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+    db.execute("PRAGMA foreign_keys=ON")
+    return db
+
+
+@contextmanager
+def immediate_transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` (retried while another writer holds the lock) ... ``COMMIT``, or ``ROLLBACK``."""
+    deadline = time.monotonic() + LOCK_RETRY_S
+    while True:
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            break
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    else:
+        db.execute("COMMIT")
+
+
+class Database:
+    """The file and its per-thread connections; the base of every query mixin of the registry."""
+
+    def __init__(self, path: str | os.PathLike[str], clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path).expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.clock = clock
+        self._local = threading.local()
+
+    def _connection(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None or getattr(self._local, "pid", None) != os.getpid():
+            db = connect(self.path)
+            self._local.db = db
+            self._local.pid = os.getpid()
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with immediate_transaction(self._connection()) as db:
+            yield db
+
+    def _read(self, sql: str, args: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        return self._connection().execute(sql, args).fetchall()
+
+    def close(self) -> None:
+        """Close this thread's connection (another call opens a new one)."""
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None

@@ -1,0 +1,24 @@
+"""Which process owns a pool: a pid plus its start time identifies a process uniquely on its host."""
+
+from __future__ import annotations
+
+
+def process_started_at(pid: int) -> float:
+    """The start time of ``pid`` (0.0 if it is gone); with the pid it identifies a process uniquely."""
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0.0
+
+
+def process_is_alive(pid: int, started_at: float) -> bool:
+    """Whether the process ``pid`` that started at ``started_at`` still runs (a reused pid does not count)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - started_at) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False

@@ -1,0 +1,192 @@
+"""What the registry holds, as every reader sees it: statuses and frozen records built from rows."""
+
+from __future__ import annotations
+
+import enum
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class PoolStatus(str, enum.Enum):
+    """``starting -> ready -> stopping -> stopped``; ``starting -> failed``; any live status -> ``lost``
+    when its owner stops heart-beating or dies. ``stopped``, ``failed`` and ``lost`` are final."""
+
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    LOST = "lost"
+
+    @property
+    def is_live(self) -> bool:
+        """Whether the pool may still run workers (and cost money)."""
+        return self in LIVE_STATUSES
+
+    def __str__(self) -> str:
+        return self.value
+
+
+LIVE_STATUSES = frozenset({PoolStatus.STARTING, PoolStatus.READY, PoolStatus.STOPPING})
+# the same set as an SQL list; a constant, so safe to splice into statements
+LIVE_SQL = "(" + ", ".join(f"'{s.value}'" for s in sorted(LIVE_STATUSES)) + ")"
+
+
+class JobStatus(str, enum.Enum):
+    """``pending -> running -> succeeded | failed | cancelled``; a lost owner makes a running job failed."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        """Whether the job has ended (it then has an ``ended_at``)."""
+        return self not in (JobStatus.PENDING, JobStatus.RUNNING)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class PoolRecord:
+    """One row of ``pools``, as every reader sees it."""
+
+    id: int
+    name: str
+    backend: str
+    spec: dict[str, Any]
+    prices: dict[str, Any]
+    status: PoolStatus
+    reason: str | None
+    scheduler_address: str | None
+    dashboard_link: str | None
+    namespace: str | None
+    owner: str
+    owner_pid: int
+    owner_host: str
+    created_at: float
+    ready_at: float | None
+    ended_at: float | None
+    heartbeat_at: float
+    stop_requested: bool
+
+    @property
+    def gpu_type(self) -> str:
+        return str(self.spec.get("gpu_type", ""))
+
+    @property
+    def count(self) -> int:
+        return int(self.spec.get("count", 0))
+
+
+@dataclass(frozen=True)
+class WorkerInterval:
+    """One row of ``workers``: when a worker ran and how it was priced (``stopped_at`` None: running)."""
+
+    id: int
+    pool_id: int
+    worker_name: str
+    address: str | None
+    host: str | None
+    pid: int | None
+    pricing: str
+    started_at: float
+    stopped_at: float | None
+    stop_reason: str | None
+
+
+@dataclass(frozen=True)
+class UtilizationSample:
+    """One heartbeat's mean utilization (0..1) over a pool's devices, and the bytes its hosts sent."""
+
+    pool_id: int
+    at: float
+    mean_util: float
+    gpus: int
+    net_bytes: int
+
+
+@dataclass(frozen=True)
+class DataVolume:
+    """Storage and network GB of a pool or one of its jobs, ``recorded`` by them or ``stated`` by the user."""
+
+    pool_id: int
+    job_id: str | None
+    at: float
+    storage_gb: float | None
+    network_gb: float | None
+    source: str
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One row of ``jobs``, with its JSON columns decoded."""
+
+    id: str
+    pool_id: int
+    pool_name: str
+    kind: str
+    code_sha256: str
+    hyperparams: dict[str, Any]
+    ranks: int
+    status: JobStatus
+    restarts: int
+    started_at: float
+    ended_at: float | None
+    rank_exits: list[Any] | None
+    failure_reason: str | None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def pool_record(row: sqlite3.Row) -> PoolRecord:
+    """The record of a ``pools`` row (``SELECT *``)."""
+    return PoolRecord(
+        id=row["id"],
+        name=row["name"],
+        backend=row["backend"],
+        spec=json.loads(row["spec_json"]),
+        prices=json.loads(row["prices_json"]),
+        status=PoolStatus(row["status"]),
+        reason=row["reason"],
+        scheduler_address=row["scheduler_address"],
+        dashboard_link=row["dashboard_link"],
+        namespace=row["namespace"],
+        owner=row["owner"],
+        owner_pid=row["owner_pid"],
+        owner_host=row["owner_host"],
+        created_at=row["created_at"],
+        ready_at=row["ready_at"],
+        ended_at=row["ended_at"],
+        heartbeat_at=row["heartbeat_at"],
+        stop_requested=bool(row["stop_requested"]),
+    )
+
+
+def worker_interval(row: sqlite3.Row) -> WorkerInterval:
+    """The record of a ``workers`` row (``SELECT *``)."""
+    return WorkerInterval(**dict(row))
+
+
+def job_record(row: sqlite3.Row) -> JobRecord:
+    """The record of a ``jobs`` row (``SELECT *``)."""
+    return JobRecord(
+        id=row["id"],
+        pool_id=row["pool_id"],
+        pool_name=row["pool_name"],
+        kind=row["kind"],
+        code_sha256=row["code_sha256"],
+        hyperparams=json.loads(row["hyperparams_json"] or "{}"),
+        ranks=row["ranks"],
+        status=JobStatus(row["status"]),
+        restarts=row["restarts"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        rank_exits=json.loads(row["rank_exits_json"]) if row["rank_exits_json"] else None,
+        failure_reason=row["failure_reason"],
+        summary=json.loads(row["summary_json"]) if row["summary_json"] else {},
+    )

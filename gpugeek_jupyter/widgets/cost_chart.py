@@ -1,0 +1,44 @@
+"""The cost report as a bokeh chart (the notebook side of :mod:`gpugeek_jupyter.cost.tco`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bokeh.plotting import figure as Figure
+
+    from ..cost.ledger import CostBreakdown
+
+
+def bar_chart(breakdowns: list[CostBreakdown], title: str = "Cost by pool and job (USD)") -> Figure:
+    """A bokeh stacked bar chart: compute (busy and idle), storage and network per pool and job."""
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+    from bokeh.plotting import figure
+
+    labels = [f"{b.pool_name} / {b.job_id}" if b.job_id else b.pool_name for b in breakdowns]
+    labels = _unique(labels)
+    parts = ["busy compute", "idle compute", "storage", "network"]
+    data: dict[str, list[Any]] = {"label": labels}
+    data["busy compute"] = [b.compute_usd - min(b.idle_usd, b.compute_usd) for b in breakdowns]
+    data["idle compute"] = [min(b.idle_usd, b.compute_usd) for b in breakdowns]
+    data["storage"] = [b.storage_usd for b in breakdowns]
+    data["network"] = [b.network_usd for b in breakdowns]
+    data["total"] = [b.total_usd for b in breakdowns]
+    source = ColumnDataSource(data)
+    fig = figure(x_range=FactorRange(factors=labels), height=320, width=max(420, 90 * len(labels)), title=title, toolbar_location=None)
+    fig.vbar_stack(parts, x="label", width=0.7, source=source, color=["#1a7f37", "#d4a72c", "#0969da", "#8250df"],
+                   legend_label=parts)
+    fig.add_tools(HoverTool(tooltips=[("", "@label"), ("total USD", "@total{0,0.00}"), ("idle USD", "@{idle compute}{0,0.00}")]))
+    fig.yaxis.axis_label = "USD"
+    fig.xaxis.major_label_orientation = 0.6 if len(labels) > 4 else 0.0
+    fig.legend.location = "top_left"
+    return fig
+
+
+def _unique(labels: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} ({seen[label]})")
+    return out

@@ -1,0 +1,175 @@
+"""GET /gpugeek/pools stays bounded: live and recent pools by default, history in pages, reads never write."""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gpugeek_jupyter.config import GpugeekConfig
+from gpugeek_jupyter.pricing import prices_in_force
+from gpugeek_jupyter.server import service as service_module
+from gpugeek_jupyter.server.service import GpugeekService
+from gpugeek_jupyter.spec import PoolSpec
+from gpugeek_jupyter.store import PoolStatus, Registry, get_registry
+
+from .conftest import Fetch
+
+HOUR = 3600.0
+
+
+def add_pool(name: str, at: float | None = None, namespace: str | None = None, registry: Registry | None = None) -> int:
+    """A ready cpu pool registered at ``at`` (default now) by this live process."""
+    when = time.time() if at is None else at
+    registry = registry or Registry(get_registry().path, clock=lambda: when)
+    spec = PoolSpec.create(gpu_type="cpu", count=1, backend="local", name=name)
+    record = registry.add_pool(spec.name, spec.backend, spec.to_dict(), prices_in_force(spec), owner="kernel 1",
+                               namespace=namespace)
+    registry.open_worker_interval(record.id, "0", "on_demand")
+    registry.set_pool_status(record.id, PoolStatus.READY, scheduler_address="tcp://127.0.0.1:9")
+    return record.id
+
+
+def ended_pool(name: str, hours_ago: float, namespace: str | None = None) -> int:
+    """A pool that stopped ``hours_ago`` hours ago, after running for a minute."""
+    end = time.time() - hours_ago * HOUR
+    pool = add_pool(name, at=end - 60, namespace=namespace)
+    Registry(get_registry().path, clock=lambda: end).set_pool_status(pool, PoolStatus.STOPPED, reason="done")
+    return pool
+
+
+async def test_the_default_answer_is_live_pools_and_those_that_ended_within_a_day(api: Fetch) -> None:
+    ended_pool("last-week", hours_ago=7 * 24)
+    ended_pool("this-morning", hours_ago=3)
+    add_pool("running")
+    status, body = await api("GET", "pools")
+    assert status == 200 and set(body) == {"pools"}  # the panel's shape, unchanged
+    assert [(p["name"], p["status"]) for p in body["pools"]] == [("this-morning", "stopped"), ("running", "ready")]
+
+
+async def test_the_default_answer_shows_only_the_last_ended_pools_beyond_its_limit(
+    api: Fetch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service_module, "RECENT_ENDED_LIMIT", 2)
+    for i in range(5):
+        ended_pool(f"run-{i}", hours_ago=5 - i)
+    add_pool("running")
+    _, body = await api("GET", "pools")
+    assert [p["name"] for p in body["pools"]] == ["run-3", "run-4", "running"]
+
+
+async def test_ended_pools_are_paged_newest_first_with_a_next_cursor(api: Fetch) -> None:
+    ids = [ended_pool("dev" if i % 2 else f"run-{i}", hours_ago=48 - i) for i in range(5)]  # "dev" twice
+    add_pool("running")
+    pages, before = [], None
+    while True:
+        params = {"state": "ended", "limit": "2", **({"before": str(before)} if before else {})}
+        status, body = await api("GET", "pools", params=params)
+        assert status == 200
+        pages.append([p["name"] for p in body["pools"]])
+        before = body["next"]
+        if before is None:
+            break
+    assert pages == [["run-4", "dev"], ["run-2", "dev"], ["run-0"]]  # every record, a name's old ones too
+    assert len(ids) == sum(len(page) for page in pages)
+
+
+async def test_history_pages_filter_by_namespace(api: Fetch) -> None:
+    ended_pool("a-run", hours_ago=30, namespace="team-a")
+    ended_pool("b-run", hours_ago=30, namespace="team-b")
+    _, body = await api("GET", "pools", params={"state": "ended", "namespace": "team-b"})
+    assert ([p["name"] for p in body["pools"]], body["next"]) == (["b-run"], None)
+
+
+async def test_state_live_lists_only_live_pools(api: Fetch) -> None:
+    ended_pool("this-morning", hours_ago=3)
+    add_pool("running")
+    status, body = await api("GET", "pools", params={"state": "live"})
+    assert (status, [p["name"] for p in body["pools"]]) == (200, ["running"])
+
+
+BAD_PARAMETERS = [
+    ({"state": "bogus"}, "state", "'bogus'"),
+    ({"state": "x" * 200}, "state", "'xxx"),
+    ({"state": "ended", "before": "abc"}, "before", "'abc'"),
+    ({"state": "ended", "before": "0"}, "before", "'0'"),
+    ({"state": "ended", "before": "-3"}, "before", "'-3'"),
+    ({"state": "ended", "before": "99999999999999999999"}, "before", "'99999999999999999999'"),
+    ({"state": "ended", "limit": "0"}, "limit", "'0'"),
+    ({"state": "ended", "limit": "501"}, "limit", "'501'"),
+    ({"state": "ended", "limit": "2.5"}, "limit", "'2.5'"),
+    ({"before": "10"}, "before", "state=ended"),
+    ({"state": "live", "limit": "10"}, "limit", "'live'"),
+    ({"stat": "ended"}, "stat", "'stat'"),
+]
+
+
+@pytest.mark.parametrize(("params", "field", "quoted"), BAD_PARAMETERS, ids=[str(p[0])[:40] for p in BAD_PARAMETERS])
+async def test_bad_listing_parameters_are_400_naming_the_parameter_with_an_example(
+    api: Fetch, params: dict[str, str], field: str, quoted: str
+) -> None:
+    status, body = await api("GET", "pools", params=params)
+    assert (status, body["field"]) == (400, field)
+    message = body["message"]
+    assert "\n" not in message and len(message) < 300
+    assert quoted in message and "e.g. ?state=" in message
+
+
+async def test_polling_writes_nothing_while_every_owner_heart_beats(api: Fetch, isolated_registry: Path) -> None:
+    add_pool("running")
+    ended_pool("this-morning", hours_ago=3)
+    watcher = sqlite3.connect(isolated_registry)
+    before = watcher.execute("PRAGMA data_version").fetchone()[0]
+    for _ in range(3):
+        status, body = await api("GET", "pools")
+        assert status == 200 and len(body["pools"]) == 2
+    assert watcher.execute("PRAGMA data_version").fetchone()[0] == before
+
+
+# -- the service, without HTTP ------------------------------------------------------------------
+def bare_service(registry: Registry, heartbeat_seconds: float = 2.0) -> GpugeekService:
+    """The service over ``registry``; listing needs no pool manager beyond its registry."""
+    config = GpugeekConfig(heartbeat_seconds=heartbeat_seconds, lost_after_seconds=15.0)
+    manager: Any = SimpleNamespace(registry=registry, owner="server")
+    return GpugeekService(manager, config)
+
+
+def test_the_service_sweeps_for_lost_pools_at_most_once_per_heartbeat_period(
+    isolated_registry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = Registry(isolated_registry)
+    sweeps: list[float] = []
+    sweep = registry.mark_lost_pools
+    monkeypatch.setattr(registry, "mark_lost_pools", lambda after: sweeps.append(time.monotonic()) or sweep(after))
+    service = bare_service(registry, heartbeat_seconds=0.5)
+    deadline = time.monotonic() + 10
+    while len(sweeps) < 3 and time.monotonic() < deadline:
+        service.list_pools()
+        service.list_pools(state="live")
+    assert len(sweeps) == 3
+    assert all(later - earlier >= 0.5 for earlier, later in itertools.pairwise(sweeps))
+
+
+def test_an_ended_pools_cost_is_computed_once_until_its_data_volumes_change(
+    isolated_registry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = Registry(isolated_registry)
+    ended = ended_pool("this-morning", hours_ago=3)
+    add_pool("running")
+    priced: list[str] = []
+    pool_cost = service_module.pool_cost
+    monkeypatch.setattr(service_module, "pool_cost", lambda r, record, *a: priced.append(record.name) or pool_cost(r, record, *a))
+    service = bare_service(registry)
+    first = service.list_pools()
+    again = service.list_pools()
+    assert priced == ["this-morning", "running", "running"]  # the live pool on every poll
+    assert again["pools"][0] == first["pools"][0]
+    registry.add_data_volume(ended, storage_gb=5000.0, source="stated")
+    third = service.list_pools()
+    assert priced[3:] == ["this-morning", "running"]
+    assert third["pools"][0]["usd_so_far"] > first["pools"][0]["usd_so_far"]
