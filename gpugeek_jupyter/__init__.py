@@ -95,11 +95,7 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "gpugeek-jupyter"}]
 
 
-def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "gpugeek_jupyter"}]
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    from .server import GpugeekServerExtension  # jupyter_server only when a server loads the extension
 
-
-def _load_jupyter_server_extension(server_app: Any) -> None:
-    from .server import load_server_extension
-
-    load_server_extension(server_app)
+    return [{"module": "gpugeek_jupyter", "app": GpugeekServerExtension}]

@@ -13,50 +13,60 @@ Routes (under the server's ``base_url``; described in ``openapi.json``, also ser
     GET    /gpugeek/jobs/{id}               one job
     GET    /gpugeek/catalog                 GPU types, prices, backends and launch defaults
 
-Settings come from ``c.GpugeekConfig.x`` in the server's config (over ``jupyter_gpugeek_config``
-files and ``GPUGEEK_*`` variables). Pools the server launched are stopped when it exits.
+The extension is a jupyter_server ``ExtensionApp`` (:class:`GpugeekServerExtension`): settings come
+through traitlets from its parent, the server: ``c.GpugeekConfig.x`` in the server's config or in
+``jupyter_gpugeek_config.{py,json}`` (the extension's own config files), over ``GPUGEEK_*``
+variables. Pools the server launched are stopped by the extension's stop hook when it exits.
 """
 
 from __future__ import annotations
 
-import atexit
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from traitlets.config import Config
+from jupyter_server.extension.application import ExtensionApp
 
-from ..config import GpugeekConfig, _load_jupyter_config_files, set_config
+from ..config import GpugeekConfig, set_config
 from ..runtime import create_pool_manager
 from ..store import get_registry
 from .handlers import SERVICE_SETTING, WRITES_EXECUTOR_SETTING, route_table
 from .service import SERVER_OWNER, GpugeekService
 
-__all__ = ["GpugeekService", "load_server_extension"]
+__all__ = ["GpugeekServerExtension", "GpugeekService"]
 
 WRITE_THREADS = 8  # launches and stops in flight at once; more wait their turn
 
 
-def server_config(server_app: Any) -> GpugeekConfig:
-    """``GpugeekConfig`` from the gpugeek config files, overridden by the server's own config."""
-    merged = Config()
-    merged.merge(_load_jupyter_config_files())
-    merged.merge(server_app.config)
-    return GpugeekConfig(config=merged)
+class GpugeekServerExtension(ExtensionApp):
+    """The ``/gpugeek`` routes and the server's pool manager."""
+
+    name = "gpugeek"  # its config files: jupyter_gpugeek_config.{py,json}
+    load_other_extensions = True
+
+    service: GpugeekService | None = None
+    writes: ThreadPoolExecutor | None = None
+
+    def initialize_settings(self) -> None:
+        config = GpugeekConfig(parent=self)  # the server's config and the extension's files
+        set_config(config)  # PoolSpec.create and the pool manager read this process's settings
+        manager = create_pool_manager(registry=get_registry(config.registry_path), owner=SERVER_OWNER)
+        self.service = GpugeekService(manager, config)
+        self.writes = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="gpugeek-write")
+        self.settings[SERVICE_SETTING] = self.service
+        self.settings[WRITES_EXECUTOR_SETTING] = self.writes
+        self.log.info("gpugeek_jupyter: pool routes at %sgpugeek/ (registry %s)",
+                      self.serverapp.base_url if self.serverapp else "/", config.registry_path)
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(route_table("/"))  # ExtensionApp puts the server's base_url in front
+
+    async def stop_extension(self) -> None:
+        """Stop the pools this server launched (Jupyter calls this on a clean exit)."""
+        if self.service is not None:
+            self.service.shutdown()
+        if self.writes is not None:
+            self.writes.shutdown(wait=False)
 
 
-def load_server_extension(server_app: Any) -> None:
-    """Register the routes and the server's pool manager (called by Jupyter Server at start)."""
-    config = server_config(server_app)
-    set_config(config)  # PoolSpec.create and the pool manager read this process's settings
-    manager = create_pool_manager(registry=get_registry(config.registry_path), owner=SERVER_OWNER)
-    service = GpugeekService(manager, config)
-    # Extensions loaded as modules get no shutdown hook from Jupyter Server; its clean exits
-    # (Ctrl-C, SIGTERM, /api/shutdown) end the interpreter, so atexit stops the server's pools.
-    atexit.register(service.shutdown)
-    web_app = server_app.web_app
-    web_app.settings[SERVICE_SETTING] = service
-    web_app.settings[WRITES_EXECUTOR_SETTING] = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="gpugeek-write")
-    web_app.add_handlers(".*$", route_table(web_app.settings["base_url"]))
-    server_app.log.info(
-        "gpugeek_jupyter: pool routes at %sgpugeek/ (registry %s)", web_app.settings["base_url"], config.registry_path
-    )
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    return [{"module": "gpugeek_jupyter", "app": GpugeekServerExtension}]

@@ -94,7 +94,7 @@ async def test_asking_for_gpus_this_machine_lacks_is_422_with_the_reason(api: Fe
     request = {"gpu_type": absent[0], "count": 1, "backend": "local", "name": "no-such-gpu"}
     status, body = await api("POST", "pools", body=request)
     assert status == 422, body
-    assert f"1 x {absent[0]}" in body["message"] and "use gpu_type='cpu' here" in body["message"]
+    assert f"1 x {absent[0]}" in body["message"] and 'use "gpu_type": "cpu" here' in body["message"]
     assert "--" not in body["message"]  # no magic's flags in an answer to JSON
     _, listed = await api("GET", "pools")
     assert listed == {"pools": []}

@@ -172,7 +172,7 @@ async def test_launch_with_a_live_pools_name_is_409(api: Fetch) -> None:
     registered_pool("taken")
     status, body = await api("POST", "pools", body={"gpu_type": "cpu", "count": 1, "backend": "local", "name": "taken"})
     assert status == 409
-    assert "'taken' is already running" in body["message"]
+    assert 'a pool named "taken" is already running (stop it with DELETE /gpugeek/pools/taken' in body["message"]
 
 
 # -- XSRF: Jupyter exempts token-authenticated requests; cookie-authenticated writes need it -------
