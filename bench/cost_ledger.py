@@ -59,8 +59,8 @@ def main() -> None:
         baseline = _best_of(lambda: pool_cost(registry, pools[0], include_idle=False, lost_after_seconds=1e12))
         print(f"{'samples':>9} {'meter ms':>9} {'ratio':>7} {'report ms':>10} {'ratio':>7}")
         for n, pool in pools.items():
-            meter = _best_of(lambda: pool_cost(registry, pool, include_idle=False, lost_after_seconds=1e12))
-            report = _best_of(lambda: pool_cost(registry, pool, include_idle=True, lost_after_seconds=1e12), repeats=3)
+            meter = _best_of(lambda pool=pool: pool_cost(registry, pool, include_idle=False, lost_after_seconds=1e12))
+            report = _best_of(lambda pool=pool: pool_cost(registry, pool, include_idle=True, lost_after_seconds=1e12), repeats=3)
             print(f"{n:>9,} {meter * 1e3:>9.2f} {meter / baseline:>7.1f} {report * 1e3:>10.1f} {report / baseline:>7.1f}")
 
 

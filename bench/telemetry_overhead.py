@@ -24,11 +24,11 @@ PERIOD = 1.0
 
 def train(rank: int, world: int, port: int, steps: int) -> float:
     """One DDP rank; returns steps per second over the timed steps."""
+    import datetime
+
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
-
-    import datetime
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60)

@@ -8,6 +8,7 @@ Every number comes from durable registry rows, so the notebook, the side panel a
 
 from __future__ import annotations
 
+from ..pricing import hourly_rate, price_of, prices_in_force
 from .guards import BudgetGuard, CostWatch, IdleGuard, install_cost_hooks
 from .ledger import (
     CostBreakdown,
@@ -21,7 +22,6 @@ from .ledger import (
     pool_costs,
     record_data_volume,
 )
-from ..pricing import hourly_rate, price_of, prices_in_force
 from .tco import OwnedVsCloud, compare_owned, cost_report, report_rows, to_dataframe, write_csv
 
 __all__ = [

@@ -31,7 +31,7 @@ from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
 from ..store import JobStatus
 from . import rank as rank_side
 from .layout import Layout, cuda_visible_devices, plan_layout, workers_from_scheduler_info
-from .payload import CellCode, RankJob, RankOutcome, ScriptCode
+from .payload import CellCode, RankJob, ScriptCode
 from .result import JobResult
 from .watch import Attempt, AttemptWatch, OutputCallback, WorkerGone
 

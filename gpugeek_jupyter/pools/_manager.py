@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import get_config
-from ..pricing import prices_in_force
 from ..errors import ConflictError, GpugeekError, PoolStartError, SpecError
+from ..pricing import prices_in_force
 from ..spec import PoolSpec
 from ..store import PoolRecord, PoolStatus, Registry, get_registry
 from ._backend import Backend, ProgressCallback, RunningCluster

@@ -102,7 +102,7 @@ class Pool:
 
         >>> pool.metrics().groupby("gpu")["sm_util_pct"].mean()     # doctest: +SKIP
         """
-        provider = self._manager.plugins.get("gpugeek-telemetry")  # see gpugeek_jupyter.runtime
+        provider: Any = self._manager.plugins.get("gpugeek-telemetry")  # see gpugeek_jupyter.runtime
         if provider is None or not callable(getattr(provider, "metrics", None)):
             from ..errors import GpugeekError
 

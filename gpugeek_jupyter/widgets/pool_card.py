@@ -58,7 +58,7 @@ class PoolCard(widgets.VBox):
 
     def add_child(self, child: widgets.Widget) -> None:
         """Embed another widget (e.g. the cost meter) under the card."""
-        self.children = (*self.children, child)
+        self.children = (*tuple(self.children), child)  # type: ignore[has-type]  # an ipywidgets trait
 
     @property
     def text(self) -> str:

@@ -12,7 +12,6 @@ import json
 import secrets
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 

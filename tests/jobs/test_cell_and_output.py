@@ -11,12 +11,12 @@ import pytest
 
 from gpugeek_jupyter.errors import SpecError
 from gpugeek_jupyter.jobs.cell import free_names, prepare_cell
+from gpugeek_jupyter.jobs.diagnose import describe_stack
 from gpugeek_jupyter.jobs.layout import WorkerInfo, plan_layout
 from gpugeek_jupyter.jobs.output import LabelledWriter
-from gpugeek_jupyter.jobs.diagnose import describe_stack
 from gpugeek_jupyter.jobs.rank import compile_cell
-from gpugeek_jupyter.jobs.watch import timeout_message
 from gpugeek_jupyter.jobs.script import hyperparams_to_args
+from gpugeek_jupyter.jobs.watch import timeout_message
 
 
 def test_names_read_before_the_cell_binds_them_are_shipped() -> None:

@@ -17,7 +17,6 @@ from gpugeek_jupyter.jobs import run_cell
 from gpugeek_jupyter.store import JobStatus, get_registry
 
 
-
 def worker_pids(pool: Any) -> list[int]:
     return sorted(pool.client.run(os.getpid).values())
 

@@ -39,7 +39,7 @@ def test_cell_runs_on_the_rank_gpu_with_nccl(gpu_pool: Any) -> None:
     result = run_cell(gpu_pool, cell, {"torch": torch})
     assert result.ok, result.report()
     world = len(result.values)
-    for rank, (device, local_rank, current, backend, total) in enumerate(result.values):
+    for device, local_rank, current, backend, total in result.values:
         assert device == f"cuda:{local_rank}" and current == local_rank
         assert "nccl" in backend and total == float(world)
 

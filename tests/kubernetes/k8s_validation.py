@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import re
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -43,7 +43,7 @@ def _strict(schema: Any) -> Any:
     return schema
 
 
-@lru_cache(maxsize=None)
+@cache
 def crd_validator(kind: str) -> jsonschema.protocols.Validator:
     path = resources.files("dask_kubernetes").joinpath(
         f"operator/deployment/helm/dask-kubernetes-operator/crds/{kind.lower()}.yaml"
@@ -61,7 +61,7 @@ def crd_validator(kind: str) -> jsonschema.protocols.Validator:
     return jsonschema.Draft4Validator(schema)
 
 
-@lru_cache(maxsize=None)
+@cache
 def core_validator(kind: str, api_version: str, kubernetes_version: str) -> jsonschema.protocols.Validator:
     """The strict JSON schema of ``kind`` from kubernetes-validate, as its own ``validate()`` builds it."""
     import referencing

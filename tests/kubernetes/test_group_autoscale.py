@@ -133,7 +133,7 @@ def test_pending_tasks_add_workers_two_at_a_time_and_idle_ones_leave_after_the_c
     [adaptive] = adapt_groups(cluster, [group], policy)
     with Client(cluster) as client:
         futures = client.map(slow, range(40))
-        sizes_until(adaptive, lambda: all(f.done() for f in futures))
+        sizes_until(adaptive, lambda: all(f.done() for f in futures))  # noqa: F821  (deleted after the wait)
         assert ups(adaptive)[:3] == [2, 4, 6]
         assert max(len(group.requested()), *ups(adaptive)) <= 6
         assert sorted(client.gather(futures)) == list(range(40))
@@ -162,7 +162,7 @@ def test_each_group_scales_on_its_own(cluster: LocalCluster) -> None:
     adaptive_reserved, adaptive_spot = adapt_groups(cluster, [reserved, spot], policies)
     with Client(cluster) as client:
         futures = client.map(slow, range(30))
-        sizes_until(adaptive_spot, lambda: all(f.done() for f in futures))
+        sizes_until(adaptive_spot, lambda: all(f.done() for f in futures))  # noqa: F821  (deleted after the wait)
         del futures
         sizes_until(adaptive_spot, lambda: not spot.requested())
         assert reserved.requested() == {"reserved-0"}  # the other group kept its one worker throughout
@@ -179,7 +179,7 @@ def test_scaling_down_never_loses_a_result_the_client_holds(cluster: LocalCluste
     EXECUTIONS.clear()
     with Client(cluster) as client:
         futures = client.map(slow, range(20), seconds=0.05)
-        sizes_until(adaptive, lambda: all(f.done() for f in futures))
+        sizes_until(adaptive, lambda: all(f.done() for f in futures))  # noqa: F821  (deleted after the wait)
         # idle now, but every worker holds results only it has: the scheduler refuses to retire them
         sizes_until(adaptive, lambda: any(e["status"] == "down" for _, e in adaptive.log))
         assert sorted(client.gather(futures)) == list(range(20))

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from support.net import free_port
 
 HERE = Path(__file__).parent

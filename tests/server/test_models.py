@@ -11,7 +11,7 @@ import pytest
 
 from gpugeek_jupyter.pricing import prices_in_force
 from gpugeek_jupyter.server.handlers import route_table
-from gpugeek_jupyter.server.models import make_job_model, make_pool_model, job_usd, pool_cost, pool_telemetry
+from gpugeek_jupyter.server.models import job_usd, make_job_model, make_pool_model, pool_cost, pool_telemetry
 from gpugeek_jupyter.spec import PoolSpec
 from gpugeek_jupyter.store import JobStatus, PoolRecord, PoolStatus, Registry
 
