@@ -22,5 +22,9 @@ def run_torchrun(script: Path, nproc: int = 2, timeout: float = 600) -> str:
     torchrun = Path(sys.executable).with_name("torchrun")
     return subprocess.run(
         [str(torchrun), f"--nproc_per_node={nproc}", f"--master-port={free_port()}", str(script)],
-        env=env, capture_output=True, text=True, check=True, timeout=timeout,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=timeout,
     ).stdout

@@ -25,8 +25,14 @@ WORKERS = 8
 
 
 def _pool(registry: Registry, samples: int) -> int:
-    spec = PoolSpec.create(gpu_type="H100-80GB", count=WORKERS, spot_fraction=0.7, base_pricing="reserved",
-                           backend="local", name=f"bench-{samples}")
+    spec = PoolSpec.create(
+        gpu_type="H100-80GB",
+        count=WORKERS,
+        spot_fraction=0.7,
+        base_pricing="reserved",
+        backend="local",
+        name=f"bench-{samples}",
+    )
     pool = registry.add_pool(spec.name, spec.backend, spec.to_dict(), prices_in_force(spec), owner="bench").id
     registry.set_pool_status(pool, PoolStatus.READY)
     for rank in range(WORKERS):
@@ -60,8 +66,12 @@ def main() -> None:
         print(f"{'samples':>9} {'meter ms':>9} {'ratio':>7} {'report ms':>10} {'ratio':>7}")
         for n, pool in pools.items():
             meter = _best_of(lambda pool=pool: pool_cost(registry, pool, include_idle=False, lost_after_seconds=1e12))
-            report = _best_of(lambda pool=pool: pool_cost(registry, pool, include_idle=True, lost_after_seconds=1e12), repeats=3)
-            print(f"{n:>9,} {meter * 1e3:>9.2f} {meter / baseline:>7.1f} {report * 1e3:>10.1f} {report / baseline:>7.1f}")
+            report = _best_of(
+                lambda pool=pool: pool_cost(registry, pool, include_idle=True, lost_after_seconds=1e12), repeats=3
+            )
+            print(
+                f"{n:>9,} {meter * 1e3:>9.2f} {meter / baseline:>7.1f} {report * 1e3:>10.1f} {report / baseline:>7.1f}"
+            )
 
 
 if __name__ == "__main__":

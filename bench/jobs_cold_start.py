@@ -69,8 +69,9 @@ def torchrun_wall(script: Path) -> float:
 def first_job(registry_dir: str, mode: str) -> dict[str, float]:
     env = dict(os.environ, GPUGEEK_REGISTRY=os.path.join(registry_dir, f"cold-{time.time_ns()}.sqlite"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
-    out = subprocess.run([sys.executable, "-c", FIRST_JOB, mode], env=env, capture_output=True, text=True, check=True,
-                         timeout=300).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_JOB, mode], env=env, capture_output=True, text=True, check=True, timeout=300
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

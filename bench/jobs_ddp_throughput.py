@@ -40,16 +40,20 @@ for _ in range(STEPS):
 steps_per_s = STEPS / (time.perf_counter() - start)
 """
 
-TORCHRUN_SCRIPT = """
+TORCHRUN_SCRIPT = (
+    """
 import json, os
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 dist.init_process_group("gloo")
-""" + LOOP.format(wrap="DistributedDataParallel(net)") + """
+"""
+    + LOOP.format(wrap="DistributedDataParallel(net)")
+    + """
 if os.environ["RANK"] == "0":
     print(json.dumps({"steps_per_s": steps_per_s}))
 dist.destroy_process_group()
 """
+)
 
 CELL = LOOP.format(wrap="gg.ddp(net)") + "\nsteps_per_s"
 
@@ -98,8 +102,10 @@ def main() -> None:
             plain = pool.client.run(_plain_client_run, args.steps)
             rates["plain client.run"].append(min(plain.values()))
         baseline = statistics.median(rates["torchrun"])
-        print(f"\nDDP MLP 784-1024-1024-10, batch 64/rank, SGD, 2 cpu ranks (gloo): median of {args.rounds} "
-              f"interleaved runs of {args.steps} steps\n")
+        print(
+            f"\nDDP MLP 784-1024-1024-10, batch 64/rank, SGD, 2 cpu ranks (gloo): median of {args.rounds} "
+            f"interleaved runs of {args.steps} steps\n"
+        )
         print("| how | steps/s | vs torchrun |")
         print("|---|---:|---:|")
         for label, values in rates.items():

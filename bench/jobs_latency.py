@@ -96,8 +96,10 @@ def main() -> None:
             ("run_cell(): dist.barrier()", statistics.median(ours_api)),
             ("ipyparallel %px execute (cited)", IPYPARALLEL_EXECUTE_MS),
         ]
-        print(f"\nWarm job latency, 2 cpu workers (gloo): median over {args.rounds} interleaved rounds of "
-              f"{per_round} calls each\n")
+        print(
+            f"\nWarm job latency, 2 cpu workers (gloo): median over {args.rounds} interleaved rounds of "
+            f"{per_round} calls each\n"
+        )
         print("| what | ms | vs baseline |")
         print("|---|---:|---:|")
         for label, ms in rows:

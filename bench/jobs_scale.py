@@ -92,7 +92,11 @@ def measure(size: int, repeat: int) -> list[tuple[str, float, float]]:
     return [
         (f"{size} ranks: warm dispatch, ms (vs raw client.run barrier)", warm * 1e3, warm / raw),
         (f"{size} ranks: process-group rebuild + barrier, ms (vs warm cell)", rebuild_s * 1e3, rebuild_s / warm),
-        (f"{size} ranks: output lines/s reaching the notebook (vs printing on the workers)", ours_lps, ours_lps / raw_lps),
+        (
+            f"{size} ranks: output lines/s reaching the notebook (vs printing on the workers)",
+            ours_lps,
+            ours_lps / raw_lps,
+        ),
     ]
 
 

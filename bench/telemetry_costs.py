@@ -75,8 +75,15 @@ def _answers(workers: int, gpus: int, step: int, rows_of_one_worker: list[tuple[
         utils = rng.uniform(0, 100, size=gpus)
         rows = [(now, *row[1:4], float(utils[g]), *row[5:]) for g, row in enumerate(rows_of_one_worker[:gpus])]
         answers[f"tcp://10.0.{w // 250}.{w % 250}:40000"] = {
-            "name": str(w), "host": f"node-{w // 8}", "pid": 1, "token": f"t{w}", "seq": step,
-            "lost": 0, "rows": rows, "period": 1.0, "reason": None,
+            "name": str(w),
+            "host": f"node-{w // 8}",
+            "pid": 1,
+            "token": f"t{w}",
+            "seq": step,
+            "lost": 0,
+            "rows": rows,
+            "period": 1.0,
+            "reason": None,
         }
     return answers
 
@@ -107,7 +114,12 @@ def update_costs(workers: int, gpus: int, updates: int) -> tuple[float, float, f
         update_ms.append((ended - middle) * 1000)
     total = [a + b for a, b in zip(ingest_ms, update_ms)]
     assert sum(panel.source_lengths().values()) > 0
-    return statistics.median(ingest_ms), statistics.median(update_ms), float(np.percentile(total, 95)), panel._mode or ""
+    return (
+        statistics.median(ingest_ms),
+        statistics.median(update_ms),
+        float(np.percentile(total, 95)),
+        panel._mode or "",
+    )
 
 
 def main() -> None:
@@ -122,11 +134,15 @@ def main() -> None:
     for label, seconds in sampler_costs(args.samples):
         print(f"| {label} | {seconds * 1000:.3f} | {seconds:.2%} |")
 
-    print("\n| notebook update | GPUs | mode | ingest ms (median) | panel ms (median) | total p95 ms | p95 / 20 ms budget |")
+    print(
+        "\n| notebook update | GPUs | mode | ingest ms (median) | panel ms (median) | total p95 ms | p95 / 20 ms budget |"
+    )
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
     for workers, gpus in ((1, 8), (8, 8), (125, 8)):
         ingest, update, p95, mode = update_costs(workers, gpus, args.updates)
-        print(f"| {workers} workers x {gpus} | {workers * gpus} | {mode} | {ingest:.2f} | {update:.2f} | {p95:.2f} | {p95 / BUDGET_MS:.2f} |")
+        print(
+            f"| {workers} workers x {gpus} | {workers * gpus} | {mode} | {ingest:.2f} | {update:.2f} | {p95:.2f} | {p95 / BUDGET_MS:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -31,12 +31,22 @@ def train(rank: int, world: int, port: int, steps: int) -> float:
     from torch.nn.parallel import DistributedDataParallel
 
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60)
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=60),
     )
     try:
         torch.manual_seed(rank)
         model = DistributedDataParallel(
-            torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+            torch.nn.Sequential(
+                torch.nn.Linear(256, 512),
+                torch.nn.ReLU(),
+                torch.nn.Linear(512, 256),
+                torch.nn.ReLU(),
+                torch.nn.Linear(256, 10),
+            )
         )
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         x, y = torch.randn(128, 256), torch.randint(0, 10, (128,))
@@ -58,7 +68,9 @@ def run_ddp(pool: Any, steps: int) -> float:
     addresses = pool.worker_addresses()
     port = free_port()
     futures = [
-        pool.client.submit(train, rank, len(addresses), port, steps, workers=[address], allow_other_workers=False, pure=False)
+        pool.client.submit(
+            train, rank, len(addresses), port, steps, workers=[address], allow_other_workers=False, pure=False
+        )
         for rank, address in enumerate(addresses)
     ]
     return min(pool.client.gather(futures))  # the job runs at the pace of its slowest rank
@@ -84,7 +96,7 @@ def main() -> None:
         results: dict[str, list[float]] = {"off": [], "on": []}
         panel = None
         for round_ in range(args.rounds):
-            for mode in (("off", "on") if round_ % 2 == 0 else ("on", "off")):
+            for mode in ("off", "on") if round_ % 2 == 0 else ("on", "off"):
                 if mode == "on":
                     feed = telemetry.install(pool, PERIOD)
                     panel = MonitorPanel(feed, pool.name).start()  # a live panel, as in a notebook
@@ -99,12 +111,16 @@ def main() -> None:
         pool.stop()
 
     off, on = statistics.median(results["off"]), statistics.median(results["on"])
-    print(f"# DDP throughput with telemetry at {PERIOD:g} Hz vs off, {time.strftime('%Y-%m-%d')}, "
-          f"{os.cpu_count()} CPUs, 2 gloo ranks, {steps} steps per run, python {sys.version.split()[0]}")
+    print(
+        f"# DDP throughput with telemetry at {PERIOD:g} Hz vs off, {time.strftime('%Y-%m-%d')}, "
+        f"{os.cpu_count()} CPUs, 2 gloo ranks, {steps} steps per run, python {sys.version.split()[0]}"
+    )
     print("\n| telemetry | steps/s per run | median steps/s | ratio to off |")
     print("| --- | --- | ---: | ---: |")
     print(f"| off | {', '.join(f'{v:.1f}' for v in results['off'])} | {off:.1f} | 1.000 |")
-    print(f"| on, {PERIOD:g} s period + live panel | {', '.join(f'{v:.1f}' for v in results['on'])} | {on:.1f} | {on / off:.3f} |")
+    print(
+        f"| on, {PERIOD:g} s period + live panel | {', '.join(f'{v:.1f}' for v in results['on'])} | {on:.1f} | {on / off:.3f} |"
+    )
     paired = [a / b for a, b in zip(results["on"], results["off"])]  # same round: same machine load
     print(f"| per-round ratio on / off | {', '.join(f'{r:.3f}' for r in paired)} | | {statistics.median(paired):.3f} |")
     print(f"\n(rows collected while on: {rows_seen}; target ratio >= 0.99)")

@@ -37,7 +37,9 @@ def demo(notebook: Path, timeout: int) -> int:
     nb = nbformat.read(notebook, as_version=4)
     print(f"Running {notebook} in a fresh kernel...\n")
     started = time.perf_counter()
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(notebook.parent)}})
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(notebook.parent)}}
+    )
     failed = False
     try:
         client.execute()
@@ -71,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     from . import list_pools
 
     for record in list_pools():
-        print(f"{record.name:20} {record.status.value:9} {record.backend:10} {record.count} x {record.gpu_type}  {record.owner}")
+        print(
+            f"{record.name:20} {record.status.value:9} {record.backend:10} {record.count} x {record.gpu_type}  {record.owner}"
+        )
     return 0
 
 

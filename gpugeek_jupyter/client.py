@@ -88,7 +88,9 @@ class ClusterClient:
         from .spec import PoolSpec
 
         with phrased_for(Surface.PYTHON):
-            spec = PoolSpec.create(gpu_type=gpu_type, count=count, interconnect=interconnect, framework=framework, **pool_options)
+            spec = PoolSpec.create(
+                gpu_type=gpu_type, count=count, interconnect=interconnect, framework=framework, **pool_options
+            )
             pool = get_pool_manager().launch(spec)
         return Job(pool, owns_pool=True)
 

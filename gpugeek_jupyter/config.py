@@ -50,7 +50,8 @@ class GpugeekConfig(Configurable):
         "", help="TOML file of catalog/price overrides laid over the built-in catalog. Env: GPUGEEK_PRICE_FILE."
     ).tag(config=True)
     idle_timeout_minutes = Float(
-        0.0, help="Stop a pool idle this long (0 = never), unless --idle-timeout says otherwise. Env: GPUGEEK_IDLE_TIMEOUT."
+        0.0,
+        help="Stop a pool idle this long (0 = never), unless --idle-timeout says otherwise. Env: GPUGEEK_IDLE_TIMEOUT.",
     ).tag(config=True)
     heartbeat_seconds = Float(
         2.0, help="How often a pool's owner writes a heartbeat and checks for stop requests. Env: GPUGEEK_HEARTBEAT."
@@ -59,7 +60,8 @@ class GpugeekConfig(Configurable):
         15.0, help="A pool whose owner missed heartbeats this long (or died) is marked lost. Env: GPUGEEK_LOST_AFTER."
     ).tag(config=True)
     worker_start_timeout = Float(
-        120.0, help="Seconds to wait for all workers of a new pool before failing it. Env: GPUGEEK_WORKER_START_TIMEOUT."
+        120.0,
+        help="Seconds to wait for all workers of a new pool before failing it. Env: GPUGEEK_WORKER_START_TIMEOUT.",
     ).tag(config=True)
     worker_death_timeout = Float(
         20.0, help="Seconds a worker survives without its scheduler before it exits. Env: GPUGEEK_WORKER_DEATH_TIMEOUT."
@@ -74,8 +76,9 @@ class GpugeekConfig(Configurable):
         "default", help="Namespace of kubernetes pools unless --namespace is given. Env: GPUGEEK_NAMESPACE."
     ).tag(config=True)
     kubernetes_spot_preset = Unicode(
-        "gke", help="How spot workers find spot nodes on Kubernetes: gke, eks, karpenter, aks, or custom "
-        "(then set kubernetes_spot_node_selector). Env: GPUGEEK_SPOT_PRESET."
+        "gke",
+        help="How spot workers find spot nodes on Kubernetes: gke, eks, karpenter, aks, or custom "
+        "(then set kubernetes_spot_node_selector). Env: GPUGEEK_SPOT_PRESET.",
     ).tag(config=True)
     kubernetes_spot_node_selector = Dict(
         help="Node labels of spot nodes, replacing the preset's, e.g. {'node-pool': 'spot-a100'}."
@@ -84,18 +87,18 @@ class GpugeekConfig(Configurable):
         help="Tolerations for spot nodes' taints, replacing the preset's, e.g. "
         "[{'key': 'spot', 'operator': 'Exists', 'effect': 'NoSchedule'}]."
     ).tag(config=True)
-    api_key = Unicode(
-        "", help="GPUGEEK API key; never displayed. Env: GPUGEEK_API_KEY."
-    ).tag(config=True)
+    api_key = Unicode("", help="GPUGEEK API key; never displayed. Env: GPUGEEK_API_KEY.").tag(config=True)
     preload_torch = Bool(
-        True, help="Import torch in local workers as they start, so the first job does not wait for it. "
-        "Env: GPUGEEK_PRELOAD_TORCH."
+        True,
+        help="Import torch in local workers as they start, so the first job does not wait for it. "
+        "Env: GPUGEEK_PRELOAD_TORCH.",
     ).tag(config=True)
 
     bokehjs = Unicode(
-        "inline", help="Where the live utilization panel's BokehJS comes from: 'inline' (put into the first "
+        "inline",
+        help="Where the live utilization panel's BokehJS comes from: 'inline' (put into the first "
         "panel's output, about 4 MB; works without internet) or 'cdn' (cdn.bokeh.org; the browser needs "
-        "internet). Env: GPUGEEK_BOKEHJS."
+        "internet). Env: GPUGEEK_BOKEHJS.",
     ).tag(config=True)
 
     @default("registry_path")

@@ -160,7 +160,10 @@ def _check_interconnect(interconnect: Any, gpu_name: str, allowed: tuple[str, ..
     value = by_lower.get(str(interconnect).strip().lower())
     if value is None:
         raise SpecError(
-            field="interconnect", value=interconnect, rule=f"one of {', '.join(allowed)} for {gpu_name}", example=allowed[0]
+            field="interconnect",
+            value=interconnect,
+            rule=f"one of {', '.join(allowed)} for {gpu_name}",
+            example=allowed[0],
         )
     return value
 
@@ -206,7 +209,9 @@ def _check_address(address: Any, backend: str) -> str | None:
     if backend != "address":
         if address not in (None, ""):
             raise SpecError(
-                Phrase("{field} {value} only applies to {backend} (e.g. {example})", backend=Setting(backend="address")),
+                Phrase(
+                    "{field} {value} only applies to {backend} (e.g. {example})", backend=Setting(backend="address")
+                ),
                 field="address",
                 value=address,
                 rule="only with backend 'address'",
@@ -226,7 +231,10 @@ def _check_address(address: Any, backend: str) -> str | None:
         text = "tcp://" + text
     if not ADDRESS_PATTERN.match(text) or not re.search(r":\d+$", text):
         raise SpecError(
-            field="address", value=address, rule="a dask scheduler address, scheme://host:port", example="tcp://127.0.0.1:8786"
+            field="address",
+            value=address,
+            rule="a dask scheduler address, scheme://host:port",
+            example="tcp://127.0.0.1:8786",
         )
     return text
 

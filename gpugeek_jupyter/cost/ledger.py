@@ -156,7 +156,9 @@ def pool_cost(
     return _breakdown(registry, record, None, start, end, open_end, accruing and end == open_end, include_idle)
 
 
-def job_cost(registry: Registry, job_id: str, now: float | None = None, lost_after_seconds: float | None = None) -> CostBreakdown:
+def job_cost(
+    registry: Registry, job_id: str, now: float | None = None, lost_after_seconds: float | None = None
+) -> CostBreakdown:
     """What job ``job_id`` has cost: every worker of its pool while the job ran (the job had the pool)."""
     job = registry.job(job_id)
     record = registry.pool_by_id(job.pool_id)
@@ -182,10 +184,14 @@ def pool_costs(
     ]
 
 
-def job_costs(registry: Registry, pool_id: int, since: float | None = None, now: float | None = None) -> list[CostBreakdown]:
+def job_costs(
+    registry: Registry, pool_id: int, since: float | None = None, now: float | None = None
+) -> list[CostBreakdown]:
     """One breakdown per job of pool ``pool_id`` that still ran after ``since``, oldest first."""
     jobs = sorted(registry.list_jobs(pool_id=pool_id, limit=1_000_000), key=lambda j: j.started_at)
-    return [job_cost(registry, j.id, now=now) for j in jobs if since is None or j.ended_at is None or j.ended_at >= since]
+    return [
+        job_cost(registry, j.id, now=now) for j in jobs if since is None or j.ended_at is None or j.ended_at >= since
+    ]
 
 
 def idle_since(
@@ -303,17 +309,25 @@ def _price(prices: dict[str, Any], pricing: str) -> float:
     try:
         return float(prices[pricing])
     except KeyError:
-        raise NotFoundError(f"the prices stored with this pool have no '{pricing}' rate (it has {sorted(prices)})") from None
+        raise NotFoundError(
+            f"the prices stored with this pool have no '{pricing}' rate (it has {sorted(prices)})"
+        ) from None
 
 
-def _preemption(interval: WorkerInterval, start: float, end: float, open_end: float, prices: dict[str, Any]) -> Preemption:
+def _preemption(
+    interval: WorkerInterval, start: float, end: float, open_end: float, prices: dict[str, Any]
+) -> Preemption:
     begin, finish = _clipped(interval, start, end, open_end)
     hours = max(0.0, finish - begin) / 3600.0
     stopped = interval.stopped_at if interval.stopped_at is not None else finish
-    return Preemption(interval.worker_name, interval.started_at, stopped, hours, hours * _price(prices, interval.pricing))
+    return Preemption(
+        interval.worker_name, interval.started_at, stopped, hours, hours * _price(prices, interval.pricing)
+    )
 
 
-def _idle_spend(registry: Registry, pool_id: int, curve: _RateCurve, start: float, end: float) -> tuple[float, float, float]:
+def _idle_spend(
+    registry: Registry, pool_id: int, curve: _RateCurve, start: float, end: float
+) -> tuple[float, float, float]:
     """(idle USD, sampled USD, utilization-weighted USD) over ``[start, end]``.
 
     Each sample reports the utilization since the previous one, so it covers ``(previous.at, at]``;
@@ -340,7 +354,9 @@ def _idle_spend(registry: Registry, pool_id: int, curve: _RateCurve, start: floa
     return idle, sampled, busy
 
 
-def _volumes(registry: Registry, pool_id: int, job_id: str | None, net_bytes: int, start: float, end: float) -> tuple[float, float]:
+def _volumes(
+    registry: Registry, pool_id: int, job_id: str | None, net_bytes: int, start: float, end: float
+) -> tuple[float, float]:
     """(storage GB, network GB) of a pool (``job_id`` None) or of one of its jobs.
 
     Storage: the latest amount stated or recorded for the job, else for the pool; a pool without its

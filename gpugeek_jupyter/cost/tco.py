@@ -39,9 +39,30 @@ DEFAULT_PUE = 1.4  # power usage effectiveness of a typical enterprise data cent
 DEFAULT_AMORTIZATION_MONTHS = 36  # three-year straight-line depreciation of servers, the common accounting choice
 
 COLUMNS = [
-    "pool", "job", "gpu_type", "status", "start", "end", "hours", "gpu_hours", "spot_hours", "reserved_hours",
-    "on_demand_hours", "compute_usd", "storage_gb", "storage_usd", "network_gb", "network_usd", "total_usd",
-    "idle_usd", "sampled_usd", "mean_utilization", "preemptions", "preempted_usd", "usd_per_hour_now", "budget_usd",
+    "pool",
+    "job",
+    "gpu_type",
+    "status",
+    "start",
+    "end",
+    "hours",
+    "gpu_hours",
+    "spot_hours",
+    "reserved_hours",
+    "on_demand_hours",
+    "compute_usd",
+    "storage_gb",
+    "storage_usd",
+    "network_gb",
+    "network_usd",
+    "total_usd",
+    "idle_usd",
+    "sampled_usd",
+    "mean_utilization",
+    "preemptions",
+    "preempted_usd",
+    "usd_per_hour_now",
+    "budget_usd",
 ]
 
 
@@ -54,7 +75,10 @@ def parse_since(text: str | None) -> float | None:
         return dt.datetime.fromisoformat(str(text)).timestamp()
     except ValueError as e:
         raise SpecError(
-            Phrase("{field} {value} is not a date (e.g. {example} or {with_time})", with_time=Setting(since="2026-11-01T09:30")),
+            Phrase(
+                "{field} {value} is not a date (e.g. {example} or {with_time})",
+                with_time=Setting(since="2026-11-01T09:30"),
+            ),
             field="since",
             value=text,
             rule="an ISO date or date-time",
@@ -87,7 +111,9 @@ def cost_report(
             PerSurface(
                 core=Phrase(
                     "name a pool, a job or all pools (e.g. {pool}, {job} or {all})",
-                    pool=Setting(pool="dev"), job=Setting(job_id="3f2a9c"), all=Setting(all_pools=True),
+                    pool=Setting(pool="dev"),
+                    job=Setting(job_id="3f2a9c"),
+                    all=Setting(all_pools=True),
                 ),
                 magic="name a pool, a job or --all (e.g. %gpugeek_cost dev, --job ID, --all)",
             ),
@@ -213,8 +239,10 @@ class OwnedVsCloud:
         if self.break_even_utilization is None:
             even = "owning never breaks even at this price"
         else:
-            even = (f"owning breaks even above {self.break_even_utilization:.0%} utilization "
-                    f"({self.break_even_hours_per_month:,.0f} h/month)")
+            even = (
+                f"owning breaks even above {self.break_even_utilization:.0%} utilization "
+                f"({self.break_even_hours_per_month:,.0f} h/month)"
+            )
         return (
             f"{self.count} x {self.gpu_type} for {self.hours_per_month:,.0f} h/month ({self.utilization:.0%} utilization): "
             f"cloud ({self.pricing.replace('_', '-')}) USD {self.cloud_usd_per_month:,.0f}/month, owned USD "
@@ -224,7 +252,9 @@ class OwnedVsCloud:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data.update(monthly_difference=self.monthly_difference, cheaper=self.cheaper, savings_fraction=self.savings_fraction)
+        data.update(
+            monthly_difference=self.monthly_difference, cheaper=self.cheaper, savings_fraction=self.savings_fraction
+        )
         return data
 
 
@@ -261,8 +291,11 @@ def compare_owned(
     purchase = gpu.purchase_usd if purchase_usd is None else purchase_usd
     watts = gpu.power_watts if power_watts is None else power_watts
     for name, value, example in (
-        ("cloud_usd_per_gpu_hour", rate, 2.1), ("purchase_usd", purchase, 30000), ("power_watts", watts, 700),
-        ("power_usd_per_kwh", power_usd_per_kwh, 0.12), ("overhead_usd_per_month", overhead_usd_per_month, 150),
+        ("cloud_usd_per_gpu_hour", rate, 2.1),
+        ("purchase_usd", purchase, 30000),
+        ("power_watts", watts, 700),
+        ("power_usd_per_kwh", power_usd_per_kwh, 0.12),
+        ("overhead_usd_per_month", overhead_usd_per_month, 150),
     ):
         _check_number(name, value, example, low=0.0)
     _check_number("pue", pue, 1.4, low=1.0)

@@ -67,8 +67,15 @@ def run_cell(
     from .runner import JobRequest, runner_for
 
     program = prepare_cell(source, namespace, hidden=hidden, rank0_only=rank0)
-    request = JobRequest(code=program.code, sha256=program.sha256, timeout=timeout, max_restarts=max_restarts,
-                         stream=stream, amp=amp, env=env or {})  # type: ignore[arg-type]  # checked by validate()
+    request = JobRequest(
+        code=program.code,
+        sha256=program.sha256,
+        timeout=timeout,
+        max_restarts=max_restarts,
+        stream=stream,
+        amp=amp,
+        env=dict(env) if isinstance(env, Mapping) else env or {},  # type: ignore[arg-type]  # validate() checks it
+    )
     return runner_for(pool).run(request, on_output, on_notice)
 
 
@@ -91,6 +98,13 @@ def run_script(
     from .script import prepare_script
 
     program = prepare_script(script_path, args=args, hyperparams=hyperparams, cwd=cwd)
-    request = JobRequest(code=program.code, sha256=program.sha256, hyperparams=program.hyperparams,
-                         timeout=timeout, max_restarts=max_restarts, stream=stream, env=env or {})  # type: ignore[arg-type]  # checked by validate()
+    request = JobRequest(
+        code=program.code,
+        sha256=program.sha256,
+        hyperparams=program.hyperparams,
+        timeout=timeout,
+        max_restarts=max_restarts,
+        stream=stream,
+        env=dict(env) if isinstance(env, Mapping) else env or {},  # type: ignore[arg-type]  # validate() checks it
+    )
     return runner_for(pool).run(request, on_output, on_notice)

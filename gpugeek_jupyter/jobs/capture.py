@@ -37,7 +37,9 @@ class Forwarder:
 
     interval = 0.02
 
-    def __init__(self, worker: Any, loop: asyncio.AbstractEventLoop, job_id: str, launch: str, rank: int, stream: bool) -> None:
+    def __init__(
+        self, worker: Any, loop: asyncio.AbstractEventLoop, job_id: str, launch: str, rank: int, stream: bool
+    ) -> None:
         self.worker = worker
         self.loop = loop
         self.job_id = job_id
@@ -98,8 +100,17 @@ class Forwarder:
                 self._pending[-1] = (stream, text[:cut])
         for stream, text in self._pending:
             if text:
-                self.worker.log_event(OUTPUT_TOPIC, {"job": self.job_id, "launch": self.launch, "rank": self.rank,
-                                                     "seq": self.sent, "stream": stream, "text": text})
+                self.worker.log_event(
+                    OUTPUT_TOPIC,
+                    {
+                        "job": self.job_id,
+                        "launch": self.launch,
+                        "rank": self.rank,
+                        "seq": self.sent,
+                        "stream": stream,
+                        "text": text,
+                    },
+                )
                 self.sent += 1
         self._pending = [keep] if keep else []
         self._last_emit = now

@@ -150,7 +150,9 @@ class Helpers:
         return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **loader_options)
 
     # -- checkpoints -------------------------------------------------------------------------------
-    def checkpoint(self, directory: str | os.PathLike[str], model: Any = None, optimizer: Any = None, keep: int = 3) -> Checkpoint:
+    def checkpoint(
+        self, directory: str | os.PathLike[str], model: Any = None, optimizer: Any = None, keep: int = 3
+    ) -> Checkpoint:
         """Checkpoints of ``model``/``optimizer``/step in ``directory``, resumed from the newest now.
 
         Every rank must call it (and ``save``) at the same point; the directory must be visible to
@@ -168,7 +170,9 @@ class Checkpoint:
     was given besides the step.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], model: Any = None, optimizer: Any = None, keep: int = 3, rank: int = 0) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], model: Any = None, optimizer: Any = None, keep: int = 3, rank: int = 0
+    ) -> None:
         if keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep} (e.g. keep=3)")
         self.directory = Path(directory)

@@ -33,14 +33,20 @@ class JobEnvError(SpecError):
             magic=Phrase("{flag} {name}", flag=Field("env"), name=Value(name)),
         )
         super().__init__(
-            Phrase("{subject}: {rule} (e.g. {example})", subject=subject), "env", value=value, rule=rule, example=EXAMPLE_ENV
+            Phrase("{subject}: {rule} (e.g. {example})", subject=subject),
+            "env",
+            value=value,
+            rule=rule,
+            example=EXAMPLE_ENV,
         )
 
     @classmethod
     def not_a_mapping(cls, env: Any) -> JobEnvError:
         """``env`` itself is not a mapping of names to values."""
         error = cls.__new__(cls)
-        SpecError.__init__(error, field="env", value=env, rule="a mapping of variable names to values", example=EXAMPLE_ENV)
+        SpecError.__init__(
+            error, field="env", value=env, rule="a mapping of variable names to values", example=EXAMPLE_ENV
+        )
         error.name = None
         return error
 
@@ -56,8 +62,9 @@ def check_job_env(env: Mapping[Any, Any] | None) -> dict[str, str]:
         if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
             raise JobEnvError("a name must be letters, digits and '_', not starting with a digit", name, value)
         if name in RESERVED:
-            raise JobEnvError("torchrun's own variables are set by the launcher for each rank and cannot be "
-                              "overridden", name, value)
+            raise JobEnvError(
+                "torchrun's own variables are set by the launcher for each rank and cannot be overridden", name, value
+            )
         if not isinstance(value, str | int | float) or isinstance(value, bool):
             raise JobEnvError(f"a value must be a string, got {type(value).__name__}", name, value)
         text = str(value)

@@ -186,8 +186,15 @@ class PoolRunner:
                 def record(world_size: int = layout.world_size) -> None:  # while the ranks run
                     nonlocal recorded
                     if not recorded:
-                        registry.add_job(job_id, self.pool.id, self.pool.name, request.kind, request.sha256,
-                                         world_size, request.hyperparams)
+                        registry.add_job(
+                            job_id,
+                            self.pool.id,
+                            self.pool.name,
+                            request.kind,
+                            request.sha256,
+                            world_size,
+                            request.hyperparams,
+                        )
                         recorded = True
 
                 attempt = self._attempt(job_id, attempt_no, request, events, deadline, on_output, outputs, record)
@@ -202,12 +209,24 @@ class PoolRunner:
         except JobFailedError as e:  # the pool could not give us workers
             attempt = Attempt(reports=[], values=[], status=JobStatus.FAILED, failure=str(e))
             if not recorded:
-                registry.add_job(job_id, self.pool.id, self.pool.name, request.kind, request.sha256,
-                                 int(self.pool.spec.count), request.hyperparams)
+                registry.add_job(
+                    job_id,
+                    self.pool.id,
+                    self.pool.name,
+                    request.kind,
+                    request.sha256,
+                    int(self.pool.spec.count),
+                    request.hyperparams,
+                )
                 recorded = True
         except KeyboardInterrupt:  # while waiting for workers, before any rank started
-            attempt = Attempt(reports=[], values=[], status=JobStatus.CANCELLED, interrupted=True,
-                               failure=f"job {job_id} was interrupted before it started")
+            attempt = Attempt(
+                reports=[],
+                values=[],
+                status=JobStatus.CANCELLED,
+                interrupted=True,
+                failure=f"job {job_id} was interrupted before it started",
+            )
         except BaseException as e:
             if recorded:
                 registry.set_job_status(job_id, JobStatus.FAILED, failure_reason=f"{type(e).__name__}: {e}")
@@ -308,8 +327,9 @@ class PoolRunner:
 
         async def restart() -> None:
             try:
-                await self.client._restart_workers(workers=sorted(addresses), timeout=RECYCLE_TIMEOUT_S,
-                                                   raise_for_error=False)
+                await self.client._restart_workers(
+                    workers=sorted(addresses), timeout=RECYCLE_TIMEOUT_S, raise_for_error=False
+                )
             except Exception as e:  # e.g. no nanny: the same processes go on serving jobs
                 log.warning("pool %s: could not restart workers %s (%s): %s", self.pool.name, sorted(addresses), why, e)
                 for address in addresses:
@@ -318,10 +338,12 @@ class PoolRunner:
         self._restarting = asyncio.run_coroutine_threadsafe(restart(), self._loop())
 
     # -- dask plumbing -------------------------------------------------------------------------
-    def _launch(self, events: queue.Queue[tuple[str, Any]], addresses: list[str], function: Callable[..., Any],
-                *args: Any) -> None:
+    def _launch(
+        self, events: queue.Queue[tuple[str, Any]], addresses: list[str], function: Callable[..., Any], *args: Any
+    ) -> None:
         """Run ``function(*args)`` on each worker; each answer (a ``RankOutcome``, or the error that
         replaced it when the worker died) arrives on ``events`` as ``("done", (address, answer))``."""
+
         async def launch_all() -> None:  # one wake-up of the event loop for all ranks
             for address in addresses:
                 task = asyncio.ensure_future(self._call(address, function, *args))
@@ -346,20 +368,27 @@ class PoolRunner:
             try:
                 connecting = self.client.rpc.connect(address)
                 # a worker reached before answers at once (pooled connection); a new one gets a deadline
-                comm = await (connecting if address in self._reached else asyncio.wait_for(connecting, DIRECT_CONNECT_S))
+                comm = await (
+                    connecting if address in self._reached else asyncio.wait_for(connecting, DIRECT_CONNECT_S)
+                )
             except (OSError, asyncio.TimeoutError) as e:
                 if address in self._reached:  # it was reachable: it went away before the job reached it
                     raise WorkerGone(f"worker {address} is gone ({e})") from e
-                log.info("pool %s: worker %s not reachable directly (%s); going through the scheduler",
-                         self.pool.name, address, e)
+                log.info(
+                    "pool %s: worker %s not reachable directly (%s); going through the scheduler",
+                    self.pool.name,
+                    address,
+                    e,
+                )
                 self._unreachable.add(address)
             else:
                 self._reached.add(address)
                 from distributed.core import send_recv
 
                 try:
-                    response = await send_recv(comm, op="run", function=dumps(function), args=dumps(args),
-                                               kwargs=dumps({}), wait=True)
+                    response = await send_recv(
+                        comm, op="run", function=dumps(function), args=dumps(args), kwargs=dumps({}), wait=True
+                    )
                 finally:
                     self.client.rpc.reuse(address, comm)
                 if response["status"] == "OK":
@@ -375,15 +404,22 @@ class PoolRunner:
             coroutine = self.client.run(function, *args, workers=addresses, on_error="ignore", asynchronous=True)
             asyncio.run_coroutine_threadsafe(coroutine, self._loop())
 
-    def ask(self, function: Callable[..., Any], addresses: list[str], *args: Any, timeout: float = 3.0) -> dict[str, Any]:
+    def ask(
+        self, function: Callable[..., Any], addresses: list[str], *args: Any, timeout: float = 3.0
+    ) -> dict[str, Any]:
         """Run ``function`` on workers and wait (at most ``timeout`` s) for their answers.
 
         Each worker is asked on its own, so one that cannot answer (frozen, gone) is only missing
         from the answers instead of hiding the others'.
         """
+
         async def ask_each() -> dict[str, Any]:
-            calls = {a: asyncio.ensure_future(self.client.run(function, *args, workers=[a], on_error="return",
-                                                                asynchronous=True)) for a in addresses}
+            calls = {
+                a: asyncio.ensure_future(
+                    self.client.run(function, *args, workers=[a], on_error="return", asynchronous=True)
+                )
+                for a in addresses
+            }
             done, pending = await asyncio.wait(calls.values(), timeout=timeout)
             for call in pending:
                 call.cancel()
@@ -402,8 +438,12 @@ class PoolRunner:
             log.info("workers did not answer %s: %s", getattr(function, "__name__", function), e)
             return {}
         if len(answers) < len(addresses):
-            log.info("workers %s did not answer %s within %.0f s", sorted(set(addresses) - set(answers)),
-                     getattr(function, "__name__", function), timeout)
+            log.info(
+                "workers %s did not answer %s within %.0f s",
+                sorted(set(addresses) - set(answers)),
+                getattr(function, "__name__", function),
+                timeout,
+            )
         return answers
 
     def end_workers(self, addresses: list[str]) -> None:
@@ -547,8 +587,14 @@ class PoolRunner:
             visible = cuda_visible_devices([own[s.address] for s in on_host])
             self.cuda_visible.update({s.address: visible for s in on_host})
         self.generation = generation
-        log.info("pool %s: process group generation %s, %d ranks, store port %d, %s",
-                 self.pool.name, generation, layout.world_size, self.master_port, self.backend)
+        log.info(
+            "pool %s: process group generation %s, %d ranks, store port %d, %s",
+            self.pool.name,
+            generation,
+            layout.world_size,
+            self.master_port,
+            self.backend,
+        )
 
 
 # -- one runner per pool ---------------------------------------------------------------------------
@@ -562,8 +608,11 @@ def end_jobs_before_stop(manager: Any, pool: Pool, reason: str) -> None:
     with _runners_lock:
         runner = _runners.get(pool.id)
     if runner is not None and not runner.end_job_before_stop(reason, timeout=STOP_JOB_WAIT_S):
-        log.warning("pool %s: its job did not end within %.0f s of the stop; stopping the pool anyway",
-                    pool.name, STOP_JOB_WAIT_S)
+        log.warning(
+            "pool %s: its job did not end within %.0f s of the stop; stopping the pool anyway",
+            pool.name,
+            STOP_JOB_WAIT_S,
+        )
 
 
 def runner_for(pool: Pool) -> PoolRunner:
@@ -573,9 +622,18 @@ def runner_for(pool: Pool) -> PoolRunner:
         if runner is not None and runner.client is pool.client and pool.client.status == "running":
             return runner
     if not pool.status.is_live or pool.client.status != "running":
-        raise GpugeekError(Phrase("pool {name} is {status}; {launch}", name=Value(pool.name), status=pool.status.value,
-                                  launch=PerSurface(core="launch a new one", magic="launch a new one with %gpugeek_launch",
-                                                    python="launch a new one with gpugeek_jupyter.launch(...)")))
+        raise GpugeekError(
+            Phrase(
+                "pool {name} is {status}; {launch}",
+                name=Value(pool.name),
+                status=pool.status.value,
+                launch=PerSurface(
+                    core="launch a new one",
+                    magic="launch a new one with %gpugeek_launch",
+                    python="launch a new one with gpugeek_jupyter.launch(...)",
+                ),
+            )
+        )
     with _runners_lock:
         runner = _runners[pool.id] = PoolRunner(pool)
         return runner

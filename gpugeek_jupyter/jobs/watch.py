@@ -39,7 +39,9 @@ class Workers(Protocol):
 
     def fire(self, function: Callable[..., Any], addresses: list[str], *args: Any) -> None: ...
 
-    def ask(self, function: Callable[..., Any], addresses: list[str], *args: Any, timeout: float = 3.0) -> dict[str, Any]: ...
+    def ask(
+        self, function: Callable[..., Any], addresses: list[str], *args: Any, timeout: float = 3.0
+    ) -> dict[str, Any]: ...
 
     def end_workers(self, addresses: list[str]) -> None: ...
 
@@ -271,16 +273,29 @@ class AttemptWatch:
             try:
                 values = [cloudpickle.loads(a.value_blob) if a.value_blob else None for a in answers]  # type: ignore[union-attr]
             except Exception as e:  # e.g. a class this process cannot import
-                return Attempt(reports=reports, values=[None] * len(reports), status=JobStatus.FAILED,
-                               failure=f"job {self.job_id}: the cell's values cannot be read here: {type(e).__name__}: {e}")
+                return Attempt(
+                    reports=reports,
+                    values=[None] * len(reports),
+                    status=JobStatus.FAILED,
+                    failure=f"job {self.job_id}: the cell's values cannot be read here: {type(e).__name__}: {e}",
+                )
             return Attempt(reports=reports, values=values, status=JobStatus.SUCCEEDED)
         attempt = Attempt(reports=reports, values=[None] * len(reports), status=JobStatus.FAILED)
         # nothing of the user's failed: the job met a rebuilt group, a busy worker or a worker that had
         # gone before the job reached it; it runs again once the pool is whole
-        not_started = [a for a in answers if isinstance(a, WorkerGone)
-                       or (isinstance(a, RankOutcome) and a.status in ("busy", "stale"))]
-        own_failures = [a for a in answers if not isinstance(a, WorkerGone) and not (
-            isinstance(a, RankOutcome) and (a.status in ("ok", "busy", "stale", "cancelled") or a.peer_failure))]
+        not_started = [
+            a
+            for a in answers
+            if isinstance(a, WorkerGone) or (isinstance(a, RankOutcome) and a.status in ("busy", "stale"))
+        ]
+        own_failures = [
+            a
+            for a in answers
+            if not isinstance(a, WorkerGone)
+            and not (
+                isinstance(a, RankOutcome) and (a.status in ("ok", "busy", "stale", "cancelled") or a.peer_failure)
+            )
+        ]
         attempt.retry = bool(not_started) and not own_failures and self.stopping in (None, "failed")
         if self.stopping == "pool-stopped":
             attempt.status, attempt.stopped_by = JobStatus.CANCELLED, self.stop_message
@@ -299,7 +314,9 @@ class AttemptWatch:
         if primary is not None:
             attempt.failed_rank, attempt.traceback = primary.rank, primary.traceback
             others = [r.describe() for r in reports if r is not primary and r.status != "ok"]
-            attempt.failure = f"job {self.job_id} failed on {primary.describe()}" + (f"; {'; '.join(others)}" if others else "")
+            attempt.failure = f"job {self.job_id} failed on {primary.describe()}" + (
+                f"; {'; '.join(others)}" if others else ""
+            )
         else:
             attempt.failure = f"job {self.job_id} failed ({_summary(reports)})"
         return attempt

@@ -16,8 +16,19 @@ from ..runtime import get_pool_manager
 from ..widgets.cost_chart import bar_chart
 from ._common import parse_options, usage_errors
 
-_SHOWN = ["pool", "job", "status", "hours", "gpu_hours", "compute_usd", "storage_usd", "network_usd", "total_usd", "idle_usd",
-          "preemptions"]
+_SHOWN = [
+    "pool",
+    "job",
+    "status",
+    "hours",
+    "gpu_hours",
+    "compute_usd",
+    "storage_usd",
+    "network_usd",
+    "total_usd",
+    "idle_usd",
+    "preemptions",
+]
 _UTILIZATION_LEVELS = (0.1, 0.25, 0.5, 0.75, 1.0)
 _FLAGS = {"path": "--csv"}  # tco.write_csv(breakdowns, path)
 
@@ -56,8 +67,12 @@ class CostMagics(Magics):
     @argument("--compare-owned", action="store_true", help="cloud against owning the hardware (see the options below)")
     @argument("--gpu-type", default=None, help="compare-owned: GPU type (default: the pool's)")
     @argument("--count", default=None, help="compare-owned: number of GPUs (default: the pool's, else 1)")
-    @argument("--hours-per-month", default=None, help="compare-owned: hours of use per GPU (default: measured, last 30 days)")
-    @argument("--pricing", default="on-demand", help="compare-owned: cloud price: on-demand (default), spot or reserved")
+    @argument(
+        "--hours-per-month", default=None, help="compare-owned: hours of use per GPU (default: measured, last 30 days)"
+    )
+    @argument(
+        "--pricing", default="on-demand", help="compare-owned: cloud price: on-demand (default), spot or reserved"
+    )
     @argument("--price", default=None, help="compare-owned: cloud USD per GPU-hour (default: the catalog's)")
     @argument("--purchase", default=None, help="compare-owned: purchase USD per GPU (default: the catalog's)")
     @argument("--watts", default=None, help="compare-owned: power per GPU in W (default: the catalog's)")
@@ -103,11 +118,16 @@ class CostMagics(Magics):
             pool = current.id
         if args.storage_gb is not None or args.network_gb is not None:
             self._state_volumes(registry, pool, args)
-        breakdowns = tco.cost_report(registry, pool=pool, job_id=args.job, all_pools=args.all, since=since,
-                                     by_job=not args.no_jobs)
+        breakdowns = tco.cost_report(
+            registry, pool=pool, job_id=args.job, all_pools=args.all, since=since, by_job=not args.no_jobs
+        )
         frame = tco.to_dataframe(breakdowns)
         if frame.empty:
-            print("no pool has run in that period" if since else "no pool in the registry yet (start one with %gpugeek_launch)")
+            print(
+                "no pool has run in that period"
+                if since
+                else "no pool in the registry yet (start one with %gpugeek_launch)"
+            )
             return frame
         display(frame[_SHOWN].round(4))
         for b in breakdowns:
@@ -128,10 +148,16 @@ class CostMagics(Magics):
             pool_id = pool if isinstance(pool, int) else registry.latest_pool(str(pool)).id
             job_id = None
         else:
-            raise UsageError("--storage-gb/--network-gb need one pool or --job, not --all (e.g. %gpugeek_cost dev --storage-gb 500)")
+            raise UsageError(
+                "--storage-gb/--network-gb need one pool or --job, not --all (e.g. %gpugeek_cost dev --storage-gb 500)"
+            )
         ledger.record_data_volume(
-            registry, pool_id, storage_gb=_number(args.storage_gb, "--storage-gb", "500"),
-            network_gb=_number(args.network_gb, "--network-gb", "40"), job_id=job_id, stated=True,
+            registry,
+            pool_id,
+            storage_gb=_number(args.storage_gb, "--storage-gb", "500"),
+            network_gb=_number(args.network_gb, "--network-gb", "40"),
+            job_id=job_id,
+            stated=True,
         )
 
     # -- owned vs cloud ------------------------------------------------------------------------------
@@ -142,7 +168,9 @@ class CostMagics(Magics):
         current = manager.current
         gpu_type = args.gpu_type or (current.spec.gpu_type if current else None)
         if not gpu_type:
-            raise UsageError("--compare-owned needs --gpu-type when no pool is current (e.g. --compare-owned --gpu-type H100-80GB)")
+            raise UsageError(
+                "--compare-owned needs --gpu-type when no pool is current (e.g. --compare-owned --gpu-type H100-80GB)"
+            )
         count = _number(args.count, "--count", "8")
         if count is None:
             count = current.spec.count if current and current.spec.gpu_type == gpu_type else 1
@@ -168,14 +196,16 @@ class CostMagics(Magics):
         rows = []
         for level in levels:
             r = tco.compare_owned(gpu_type, level * ledger.HOURS_PER_MONTH, count=int(count), **options)
-            rows.append({
-                "utilization": f"{level:.0%}" + (" (yours)" if abs(level - yours.utilization) < 1e-4 else ""),
-                "hours_per_month": round(r.hours_per_month, 1),
-                "cloud_usd_per_month": round(r.cloud_usd_per_month, 2),
-                "owned_usd_per_month": round(r.owned_usd_per_month, 2),
-                "owned_minus_cloud": round(r.monthly_difference, 2),
-                "cheaper": r.cheaper,
-            })
+            rows.append(
+                {
+                    "utilization": f"{level:.0%}" + (" (yours)" if abs(level - yours.utilization) < 1e-4 else ""),
+                    "hours_per_month": round(r.hours_per_month, 1),
+                    "cloud_usd_per_month": round(r.cloud_usd_per_month, 2),
+                    "owned_usd_per_month": round(r.owned_usd_per_month, 2),
+                    "owned_minus_cloud": round(r.monthly_difference, 2),
+                    "cheaper": r.cheaper,
+                }
+            )
         display(pd.DataFrame(rows))
         return yours
 
@@ -184,11 +214,17 @@ def _pool_lines(b: ledger.CostBreakdown) -> str:
     what = f"job {b.job_id}" if b.job_id else f"pool {b.pool_name}"
     lines = [f"{what}: {b.idle_sentence()}"]
     if b.usd_per_hour_now > 0:
-        lines.append(f"  now {ledger.format_usd(b.usd_per_hour_now)}/h; {ledger.format_usd(b.projected_usd(24))} by this time tomorrow at this rate")
+        lines.append(
+            f"  now {ledger.format_usd(b.usd_per_hour_now)}/h; {ledger.format_usd(b.projected_usd(24))} by this time tomorrow at this rate"
+        )
     if b.budget_usd and not b.job_id:
-        lines.append(f"  budget: {ledger.format_usd(b.total_usd)} of {ledger.format_usd(b.budget_usd)} ({b.budget_fraction or 0:.0%})")
+        lines.append(
+            f"  budget: {ledger.format_usd(b.total_usd)} of {ledger.format_usd(b.budget_usd)} ({b.budget_fraction or 0:.0%})"
+        )
     for p in b.preemptions:
-        lines.append(f"  spot worker {p.worker_name} preempted after {p.hours * 60:,.1f} min ({ledger.format_usd(p.usd)})")
+        lines.append(
+            f"  spot worker {p.worker_name} preempted after {p.hours * 60:,.1f} min ({ledger.format_usd(p.usd)})"
+        )
     return "\n".join(lines)
 
 

@@ -87,9 +87,27 @@ class MonitorMagics(Magics):
 
 
 _TABLE_COLUMNS = (
-    "time", "worker_name", "host", "gpu", "gpu_name", "sm_util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes",
-    "power_w", "temperature_c", "sm_clock_mhz", "pcie_rx_mb_s", "pcie_tx_mb_s", "nvlink_rx_mb_s", "nvlink_tx_mb_s",
-    "process_gpu_mem_bytes", "cpu_pct", "rss_bytes", "no_gpu_reason", "error",
+    "time",
+    "worker_name",
+    "host",
+    "gpu",
+    "gpu_name",
+    "sm_util_pct",
+    "mem_util_pct",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "power_w",
+    "temperature_c",
+    "sm_clock_mhz",
+    "pcie_rx_mb_s",
+    "pcie_tx_mb_s",
+    "nvlink_rx_mb_s",
+    "nvlink_tx_mb_s",
+    "process_gpu_mem_bytes",
+    "cpu_pct",
+    "rss_bytes",
+    "no_gpu_reason",
+    "error",
 )
 
 

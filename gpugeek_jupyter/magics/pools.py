@@ -70,7 +70,11 @@ class PoolMagics(Magics):
         get_pool_manager().owner = kernel_owner()
 
     @magic_arguments()
-    @argument("--gpu-type", default="cpu", help="GPU type from the catalog (cpu, T4, L4, L40S, A100-40GB, A100-80GB, H100-80GB, H200-141GB)")
+    @argument(
+        "--gpu-type",
+        default="cpu",
+        help="GPU type from the catalog (cpu, T4, L4, L40S, A100-40GB, A100-80GB, H100-80GB, H200-141GB)",
+    )
     @argument("--count", default="1", help="number of GPUs (cpu: worker processes), one rank each")
     @argument("--interconnect", default=None, help="NVLink, PCIe, InfiniBand... (default: the type's first)")
     @argument("--framework", default=None, help='framework image, e.g. "PyTorch 2.0" (kubernetes)')
@@ -222,4 +226,3 @@ class PoolMagics(Magics):
                 return
             record = manager.stop(args.name)
         print(f"stopped pool '{record.name}' ({record.status.value})")
-

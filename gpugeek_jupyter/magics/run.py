@@ -22,7 +22,19 @@ def job_table(records: list[Any]) -> Any:
 
     import pandas as pd
 
-    columns = ["id", "pool", "kind", "status", "ranks", "restarts", "started", "duration_s", "exit codes", "failure", "sha256"]
+    columns = [
+        "id",
+        "pool",
+        "kind",
+        "status",
+        "ranks",
+        "restarts",
+        "started",
+        "duration_s",
+        "exit codes",
+        "failure",
+        "sha256",
+    ]
     rows = [
         {
             "id": r.id,
@@ -58,15 +70,34 @@ def _number(value: str | None, flag: str, example: int, integer: bool = False) -
 class JobMagics(Magics):
     @magic_arguments()
     @argument("--pool", default=None, help="pool to run on (default: the current pool)")
-    @argument("--amp", default=None, help="run under torch.autocast: bf16 or fp16 (fp16 also gives gg.scaler a GradScaler)")
-    @argument("--timeout", default=None, help="seconds; a job still running then is stopped, naming the ranks that had not arrived")
-    @argument("--max-restarts", default="0", help="restart a failed job up to this many times (TORCHELASTIC_RESTART_COUNT)")
-    @argument("-o", "--output", dest="output", default=None, help="store the cell's last expression, a list by rank, in this variable")
+    @argument(
+        "--amp", default=None, help="run under torch.autocast: bf16 or fp16 (fp16 also gives gg.scaler a GradScaler)"
+    )
+    @argument(
+        "--timeout",
+        default=None,
+        help="seconds; a job still running then is stopped, naming the ranks that had not arrived",
+    )
+    @argument(
+        "--max-restarts", default="0", help="restart a failed job up to this many times (TORCHELASTIC_RESTART_COUNT)"
+    )
+    @argument(
+        "-o",
+        "--output",
+        dest="output",
+        default=None,
+        help="store the cell's last expression, a list by rank, in this variable",
+    )
     @argument("--rank0", action="store_true", help="give back rank 0's value only")
     @argument("--no-stream", action="store_true", help="show the ranks' output when the job ends, not live")
     @argument("--monitor", action="store_true", help="show the live utilization panel of the pool under the cell")
-    @argument("--env", action="append", default=[], metavar="NAME=VALUE",
-              help="set a variable in every rank for this job only (repeatable), e.g. --env NCCL_DEBUG=INFO")
+    @argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a variable in every rank for this job only (repeatable), e.g. --env NCCL_DEBUG=INFO",
+    )
     @argument("--script", default=None, help="line magic: run this torchrun-ready script instead of a cell")
     @argument("script_args", nargs="*", help="after --: the script's arguments")
     @line_cell_magic

@@ -67,9 +67,15 @@ def wait_for_workers(client: Client, count: int, on_progress: ProgressCallback, 
         if ready >= count:
             return
         if time.monotonic() > deadline:
-            raise PoolStartError(Phrase(
-                "{what}: only {ready}/{count} workers connected within {timeout} s "
-                "(raise GpugeekConfig.worker_start_timeout, or ask for fewer with {field})",
-                what=what, ready=str(ready), count=str(count), timeout=f"{timeout:.0f}",
-            ), field="count")
+            raise PoolStartError(
+                Phrase(
+                    "{what}: only {ready}/{count} workers connected within {timeout} s "
+                    "(raise GpugeekConfig.worker_start_timeout, or ask for fewer with {field})",
+                    what=what,
+                    ready=str(ready),
+                    count=str(count),
+                    timeout=f"{timeout:.0f}",
+                ),
+                field="count",
+            )
         time.sleep(0.05)

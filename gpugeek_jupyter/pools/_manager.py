@@ -164,8 +164,15 @@ class PoolManager:
         try:
             method(self, *args)
         except Exception as e:  # one plugin's failure must not cost the pool, or the other plugins, anything
-            log.warning("plugin %r: %s hook failed for pool %s: %s: %s", name, hook, pool_name, type(e).__name__, e,
-                        exc_info=log.isEnabledFor(logging.DEBUG))
+            log.warning(
+                "plugin %r: %s hook failed for pool %s: %s: %s",
+                name,
+                hook,
+                pool_name,
+                type(e).__name__,
+                e,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
 
     def post_notice(self, pool: Pool, kind: str, message: str) -> None:
         """Hand ``message`` to every plugin's ``notice`` hook; a failing one is logged."""
@@ -255,7 +262,9 @@ class PoolManager:
         try:
             client = Client(record.scheduler_address, set_as_default=False, timeout=10)
         except (OSError, TimeoutError) as e:
-            raise GpugeekError(f"pool '{name}' is registered but its scheduler {record.scheduler_address} does not answer: {e}") from e
+            raise GpugeekError(
+                f"pool '{name}' is registered but its scheduler {record.scheduler_address} does not answer: {e}"
+            ) from e
         running = RunningCluster(client, record.scheduler_address, record.dashboard_link, owns_workers=False)
         pool = Pool(record, running, self, owned=False)
         with self._lock:
@@ -291,7 +300,9 @@ class PoolManager:
             self.registry.mark_lost_pools(config.lost_after_seconds)
             record = self.registry.pool_by_id(record.id)
         if record.status.is_live:
-            raise GpugeekError(f"pool '{name}' did not stop within {timeout:.0f} s; its owner ({record.owner}) may be busy")
+            raise GpugeekError(
+                f"pool '{name}' did not stop within {timeout:.0f} s; its owner ({record.owner}) may be busy"
+            )
         return record
 
     def stop_all(self, reason: str = "stopped by the user") -> list[str]:
@@ -351,8 +362,9 @@ class PoolManager:
             running = self._stop_threads.get(pool.id)
             if running is not None and running.is_alive():
                 return
-            thread = self._stop_threads[pool.id] = threading.Thread(target=stop, name=f"gpugeek-stop-{pool.name}",
-                                                                    daemon=True)
+            thread = self._stop_threads[pool.id] = threading.Thread(
+                target=stop, name=f"gpugeek-stop-{pool.name}", daemon=True
+            )
         thread.start()
 
     def _forget(self, name: str) -> None:
@@ -385,10 +397,18 @@ class PoolManager:
                 return
             self._stop_event.clear()
             self._threads = [
-                threading.Thread(target=self._every_period, args=(self.beat_once, "liveness beat"),
-                                 name="gpugeek-liveness", daemon=True),
-                threading.Thread(target=self._every_period, args=(self.schedule_housekeeping, "housekeeping"),
-                                 name="gpugeek-housekeeping", daemon=True),
+                threading.Thread(
+                    target=self._every_period,
+                    args=(self.beat_once, "liveness beat"),
+                    name="gpugeek-liveness",
+                    daemon=True,
+                ),
+                threading.Thread(
+                    target=self._every_period,
+                    args=(self.schedule_housekeeping, "housekeeping"),
+                    name="gpugeek-housekeeping",
+                    daemon=True,
+                ),
             ]
             for thread in self._threads:
                 thread.start()
@@ -442,11 +462,18 @@ class PoolManager:
             if previous is not None and previous[0].is_alive():
                 if pool.id not in self._overdue:
                     self._overdue.add(pool.id)
-                    log.warning("pool %s: housekeeping still running after %.1f s; skipping it until it ends",
-                                pool.name, now - previous[1])
+                    log.warning(
+                        "pool %s: housekeeping still running after %.1f s; skipping it until it ends",
+                        pool.name,
+                        now - previous[1],
+                    )
                 continue
-            task = threading.Thread(target=self._housekeep, args=(pool, now + self.housekeeping_timeout),
-                                    name=f"gpugeek-housekeeping-{pool.name}", daemon=True)
+            task = threading.Thread(
+                target=self._housekeep,
+                args=(pool, now + self.housekeeping_timeout),
+                name=f"gpugeek-housekeeping-{pool.name}",
+                daemon=True,
+            )
             self._housekeeping[pool.id] = (task, now)
             task.start()
 
@@ -462,8 +489,13 @@ class PoolManager:
                 if self.housekeeping_time_left() <= 0:
                     if pool.id not in self._overdue:
                         self._overdue.add(pool.id)
-                        log.warning("pool %s: housekeeping passed its %.0f s deadline; plugin %r and later ones "
-                                    "wait for the next period", pool.name, self.housekeeping_timeout, name)
+                        log.warning(
+                            "pool %s: housekeeping passed its %.0f s deadline; plugin %r and later ones "
+                            "wait for the next period",
+                            pool.name,
+                            self.housekeeping_timeout,
+                            name,
+                        )
                     return
                 self._call_hook(name, plugin, "heartbeat", pool, pool_name=pool.name)
             took = time.monotonic() - started
@@ -496,8 +528,12 @@ class PoolManager:
         pids: dict[str, int] = {}
         if new:
             try:
-                pids = client.run(os.getpid, workers=new, on_error="ignore",
-                                  callback_timeout=max(0.1, timeout - (time.monotonic() - started)))
+                pids = client.run(
+                    os.getpid,
+                    workers=new,
+                    on_error="ignore",
+                    callback_timeout=max(0.1, timeout - (time.monotonic() - started)),
+                )
             except Exception as e:  # the intervals open all the same, without a pid
                 log.debug("pool %s: could not read worker pids: %s", name, e)
         with self._lock:
@@ -516,7 +552,5 @@ def _refuse_inside_a_reimported_main() -> None:
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         raise PoolStartError(
             "a pool cannot be launched while multiprocessing re-runs the main script in a child process; "
-            "put the launch under `if __name__ == \"__main__\":`"
+            'put the launch under `if __name__ == "__main__":`'
         )
-
-

@@ -106,7 +106,9 @@ class Pool:
         if provider is None or not callable(getattr(provider, "metrics", None)):
             from ..errors import GpugeekError
 
-            raise GpugeekError(f"pool {self.name!r} has no telemetry in this process (its manager has no telemetry plugin)")
+            raise GpugeekError(
+                f"pool {self.name!r} has no telemetry in this process (its manager has no telemetry plugin)"
+            )
         return provider.metrics(self)
 
     def stop(self) -> None:

@@ -196,7 +196,9 @@ class GroupAdaptive(Adaptive):
             last_scale_up=self.last_scale_up,
         )
         if decision.target != len(planned):
-            log.info("autoscale %s: %d -> %d workers (%s)", self.group.name, len(planned), decision.target, decision.reason)
+            log.info(
+                "autoscale %s: %d -> %d workers (%s)", self.group.name, len(planned), decision.target, decision.reason
+            )
         self.last_decision = decision
         self._to_close = decision.close
         return decision.target

@@ -33,7 +33,9 @@ _TEAM_NAMESPACE = Setting(namespace="team-risk")
 
 def no_credentials_error(cause: BaseException, kubeconfig: str | None) -> BackendUnavailableError:
     """No kubeconfig (or an unreadable one) and no in-cluster service account."""
-    where = f"KUBECONFIG={kubeconfig} gives none" if kubeconfig else "KUBECONFIG is not set and ~/.kube/config gives none"
+    where = (
+        f"KUBECONFIG={kubeconfig} gives none" if kubeconfig else "KUBECONFIG is not set and ~/.kube/config gives none"
+    )
     return BackendUnavailableError(
         Phrase(
             "{backend} found no Kubernetes credentials ({where}; {cause}); point KUBECONFIG at your "
@@ -178,7 +180,11 @@ def _pending_reason(pod: dict[str, Any], events: list[dict[str, Any]]) -> str | 
         if waiting.get("reason") in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
             return f"image '{container.get('image')}' cannot be pulled ({waiting.get('message', waiting['reason'])})"
         if waiting.get("reason") in ("CrashLoopBackOff", "CreateContainerConfigError"):
-            return f"container '{container.get('name')}' is in {waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+            return (
+                f"container '{container.get('name')}' is in {waiting['reason']}: {waiting.get('message', '')}".rstrip(
+                    ": "
+                )
+            )
     for condition in status.get("conditions", []) or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False" and condition.get("message"):
             return explain_unschedulable(condition["message"], spec.get("nodeSelector") or {})
@@ -203,7 +209,8 @@ def explain_pending(pods: Iterable[dict[str, Any]], events: Iterable[dict[str, A
     for pod in pods:
         status = pod.get("status", {})
         waiting = any(
-            ((c.get("state") or {}).get("waiting") or {}).get("reason") not in (None, "ContainerCreating", "PodInitializing")
+            ((c.get("state") or {}).get("waiting") or {}).get("reason")
+            not in (None, "ContainerCreating", "PodInitializing")
             for c in status.get("containerStatuses", []) or []
         )
         if status.get("phase") != "Pending" and not waiting:

@@ -73,9 +73,13 @@ class SpotPlacement:
         if not self.node_selector:
             return None
         expressions = [{"key": k, "operator": "NotIn", "values": [v]} for k, v in sorted(self.node_selector.items())]
-        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": expressions}]
-        }}}
+        return {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": expressions}]
+                }
+            }
+        }
 
 
 # The labels (and taints) each managed Kubernetes service puts on its spot nodes.
@@ -92,7 +96,14 @@ SPOT_PRESETS: dict[str, SpotPlacement] = {
     # AKS spot node pools: label and taint are always set.
     "aks": SpotPlacement(
         {"kubernetes.azure.com/scalesetpriority": "spot"},
-        ({"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},),
+        (
+            {
+                "key": "kubernetes.azure.com/scalesetpriority",
+                "operator": "Equal",
+                "value": "spot",
+                "effect": "NoSchedule",
+            },
+        ),
     ),
 }
 
@@ -121,12 +132,18 @@ def build_manifests(spec: PoolSpec, catalog: Catalog, options: KubernetesOptions
     """
     if len(spec.name) > MAX_CLUSTER_NAME:
         raise SpecError(
-            field="name", value=spec.name, example="risk-a100",
+            field="name",
+            value=spec.name,
+            example="risk-a100",
             rule=f"at most {MAX_CLUSTER_NAME} characters on Kubernetes (the operator appends '-scheduler')",
         )
     if not spec.namespace:
-        raise SpecError(field="namespace", value=spec.namespace, example="team-risk",
-                        rule="a Kubernetes namespace (a kubernetes pool needs one)")
+        raise SpecError(
+            field="namespace",
+            value=spec.namespace,
+            example="team-risk",
+            rule="a Kubernetes namespace (a kubernetes pool needs one)",
+        )
     gpu = catalog.gpu(spec.gpu_type)
     image = spec.image or catalog.image_for(spec.framework)
     prices = gpu.prices.to_dict()
@@ -157,16 +174,18 @@ def build_manifests(spec: PoolSpec, catalog: Catalog, options: KubernetesOptions
     }
     manifests = [cluster]
     if spec.spot_workers:
-        manifests.append({
-            "apiVersion": API_VERSION,
-            "kind": "DaskWorkerGroup",
-            "metadata": {
-                "name": f"{spec.name}-{SPOT_GROUP}",
-                "namespace": spec.namespace,
-                "labels": {**common, PRICING_LABEL: "spot"},
-            },
-            "spec": {"cluster": spec.name, "worker": worker_group("spot", spec.spot_workers, spot=True)},
-        })
+        manifests.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "DaskWorkerGroup",
+                "metadata": {
+                    "name": f"{spec.name}-{SPOT_GROUP}",
+                    "namespace": spec.namespace,
+                    "labels": {**common, PRICING_LABEL: "spot"},
+                },
+                "spec": {"cluster": spec.name, "worker": worker_group("spot", spec.spot_workers, spot=True)},
+            }
+        )
     return manifests
 
 
@@ -231,8 +250,16 @@ def _worker_pod_spec(gpu: GpuType, image: str, options: KubernetesOptions, spot:
         node_selector[GPU_PRODUCT_LABEL] = gpu.k8s_product
         tolerations.append(dict(GPU_TOLERATION))
     worker_args = [
-        "--nthreads", "1", "--nworkers", "1", "--memory-limit", f"{memory_gib - shm_gib}GiB",
-        "--dashboard-address", ":8788", "--death-timeout", "60",
+        "--nthreads",
+        "1",
+        "--nworkers",
+        "1",
+        "--memory-limit",
+        f"{memory_gib - shm_gib}GiB",
+        "--dashboard-address",
+        ":8788",
+        "--death-timeout",
+        "60",
     ]
     if not gpu.is_cpu:
         worker_args += ["--resources", "GPU=1"]
@@ -249,15 +276,17 @@ def _worker_pod_spec(gpu: GpuType, image: str, options: KubernetesOptions, spot:
     else:
         container_args = {"args": ["dask", "worker", "--name", "$(DASK_WORKER_NAME)", *worker_args]}
     pod: dict[str, Any] = {
-        "containers": [{
-            "name": "worker",
-            "image": image,
-            **container_args,
-            "env": [{"name": "NCCL_DEBUG", "value": "WARN"}],
-            "resources": resources,
-            "ports": [{"name": "http-dashboard", "containerPort": 8788, "protocol": "TCP"}],
-            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-        }],
+        "containers": [
+            {
+                "name": "worker",
+                "image": image,
+                **container_args,
+                "env": [{"name": "NCCL_DEBUG", "value": "WARN"}],
+                "resources": resources,
+                "ports": [{"name": "http-dashboard", "containerPort": 8788, "protocol": "TCP"}],
+                "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+            }
+        ],
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib}Gi"}}],
         "terminationGracePeriodSeconds": 30,
     }
@@ -278,24 +307,29 @@ def _worker_pod_spec(gpu: GpuType, image: str, options: KubernetesOptions, spot:
 def _scheduler(spec: PoolSpec, options: KubernetesOptions, labels: dict[str, str]) -> dict[str, Any]:
     image = options.scheduler_image or f"ghcr.io/dask/dask:{options.dask_version}-py{options.python_version}"
     pod: dict[str, Any] = {
-        "containers": [{
-            "name": "scheduler",
-            "image": image,
-            "args": ["dask", "scheduler", "--host", "0.0.0.0"],
-            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
-            "ports": [
-                {"name": "tcp-comm", "containerPort": 8786, "protocol": "TCP"},
-                {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"},
-            ],
-            "readinessProbe": {
-                "httpGet": {"port": "http-dashboard", "path": "/health"},
-                "initialDelaySeconds": 0, "periodSeconds": 1, "timeoutSeconds": 300,
-            },
-            "livenessProbe": {
-                "httpGet": {"port": "http-dashboard", "path": "/health"},
-                "initialDelaySeconds": 15, "periodSeconds": 20,
-            },
-        }],
+        "containers": [
+            {
+                "name": "scheduler",
+                "image": image,
+                "args": ["dask", "scheduler", "--host", "0.0.0.0"],
+                "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
+                "ports": [
+                    {"name": "tcp-comm", "containerPort": 8786, "protocol": "TCP"},
+                    {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"},
+                ],
+                "readinessProbe": {
+                    "httpGet": {"port": "http-dashboard", "path": "/health"},
+                    "initialDelaySeconds": 0,
+                    "periodSeconds": 1,
+                    "timeoutSeconds": 300,
+                },
+                "livenessProbe": {
+                    "httpGet": {"port": "http-dashboard", "path": "/health"},
+                    "initialDelaySeconds": 15,
+                    "periodSeconds": 20,
+                },
+            }
+        ],
     }
     affinity = options.spot.avoid_affinity()  # a preempted scheduler takes the whole pool with it
     if affinity:

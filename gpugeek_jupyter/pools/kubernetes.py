@@ -188,7 +188,9 @@ def wait_for_scheduler_pod(api: Any, spec: PoolSpec, deadline: float, timeout: f
         if any(_pod_ready(p) for p in pods):
             return
         if time.monotonic() > deadline:
-            why = explain_pending(pods, _events_for(api, spec.namespace, pods)) if pods else _operator_silence(api, spec)
+            why = (
+                explain_pending(pods, _events_for(api, spec.namespace, pods)) if pods else _operator_silence(api, spec)
+            )
             if pods and why == "no pod is Pending":
                 name = pods[0]["metadata"]["name"]
                 why = (
@@ -248,7 +250,9 @@ class KubernetesBackend:
             cluster.close(timeout=30)
             raise
         try:
-            wait_for_workers(client, spec.count, on_progress, max(0.0, deadline - time.monotonic()), f"pool '{spec.name}'")
+            wait_for_workers(
+                client, spec.count, on_progress, max(0.0, deadline - time.monotonic()), f"pool '{spec.name}'"
+            )
         except PoolStartError as e:
             why = diagnose(api, spec)
             client.close()
@@ -308,7 +312,9 @@ def list_cluster_pools(namespace: str) -> list[dict[str, Any]]:
 
     api = connect()
     try:
-        clusters = api.get("daskclusters.kubernetes.dask.org", namespace=namespace, label_selector=pool_selector(namespace), raw=True)
+        clusters = api.get(
+            "daskclusters.kubernetes.dask.org", namespace=namespace, label_selector=pool_selector(namespace), raw=True
+        )
         return [
             {
                 "name": c["metadata"]["name"],
@@ -430,6 +436,8 @@ def autoscale_pool(pool: Pool, policy: AutoscalePolicy | GroupPolicies | None = 
     from .autoscale import adapt_groups
 
     if pool.spec.backend != "kubernetes" or pool.cluster is None or not pool.spec.namespace:
-        raise GpugeekError(f"pool '{pool.name}' is not a kubernetes pool owned by this kernel; autoscale it where it was launched")
+        raise GpugeekError(
+            f"pool '{pool.name}' is not a kubernetes pool owned by this kernel; autoscale it where it was launched"
+        )
     groups = [KubernetesWorkerGroup(pool.name, pool.spec.namespace, g) for g in pool.running.extra["worker_groups"]]
     return adapt_groups(pool.cluster, groups, policy)

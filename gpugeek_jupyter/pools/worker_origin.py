@@ -61,8 +61,9 @@ def warm_up(preload_torch: bool = True) -> threading.Thread:
     global _warming
     with _lock:
         if _warming is None:
-            _warming = threading.Thread(target=_ensure_running, args=(preload_torch,), name="gpugeek-forkserver",
-                                        daemon=True)
+            _warming = threading.Thread(
+                target=_ensure_running, args=(preload_torch,), name="gpugeek-forkserver", daemon=True
+            )
             _warming.start()
         return _warming
 

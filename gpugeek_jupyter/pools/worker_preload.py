@@ -34,8 +34,23 @@ def _ignore_notebook_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _apply_thread_caps() -> None:
+    """A worker forked from the pool forkserver found torch imported before the nanny set its
+    OMP_NUM_THREADS: apply it now, or every task on the worker (not only jobs) would run as many
+    intra-op threads as the host has cores, and several workers would oversubscribe them."""
+    import sys
+
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and "torch" in sys.modules:
+        import torch
+
+        if torch.get_num_threads() != int(threads):
+            torch.set_num_threads(int(threads))
+
+
 def dask_setup(worker) -> None:  # type: ignore[no-untyped-def]
     _ignore_notebook_interrupts()
+    _apply_thread_caps()
     if os.environ.get("GPUGEEK_PRELOAD_TORCH", "1").lower() in ("0", "false", "no"):
         return
     _import_torch()

@@ -54,8 +54,11 @@ class GpugeekServerExtension(ExtensionApp):
         self.writes = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="gpugeek-write")
         self.settings[SERVICE_SETTING] = self.service
         self.settings[WRITES_EXECUTOR_SETTING] = self.writes
-        self.log.info("gpugeek_jupyter: pool routes at %sgpugeek/ (registry %s)",
-                      self.serverapp.base_url if self.serverapp else "/", config.registry_path)
+        self.log.info(
+            "gpugeek_jupyter: pool routes at %sgpugeek/ (registry %s)",
+            self.serverapp.base_url if self.serverapp else "/",
+            config.registry_path,
+        )
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(route_table("/"))  # ExtensionApp puts the server's base_url in front

@@ -62,7 +62,9 @@ class GpugeekHandler(APIHandler):
     def service(self) -> GpugeekService:
         return self.settings[SERVICE_SETTING]  # type: ignore[no-any-return]
 
-    async def answer(self, call: Callable[..., dict[str, Any]], *args: Any, status: int = 200, slow: bool = False) -> None:
+    async def answer(
+        self, call: Callable[..., dict[str, Any]], *args: Any, status: int = 200, slow: bool = False
+    ) -> None:
         """Run ``call`` on a thread and answer its JSON; ``slow`` calls (launch, stop: seconds to a
         minute) get their own threads, so they never hold up the server's shared executor."""
         executor = self.settings[WRITES_EXECUTOR_SETTING] if slow else None

@@ -91,6 +91,11 @@ def parse_pools_query(arguments: Mapping[str, str | None]) -> PoolsQuery:
     limit = DEFAULT_PAGE
     if "limit" in given:
         limit = _whole_number(
-            "limit", given["limit"], 1, MAX_PAGE, f"a whole number from 1 to {MAX_PAGE}", f"?state=ended&limit={DEFAULT_PAGE}"
+            "limit",
+            given["limit"],
+            1,
+            MAX_PAGE,
+            f"a whole number from 1 to {MAX_PAGE}",
+            f"?state=ended&limit={DEFAULT_PAGE}",
         )
     return PoolsQuery(state=state, before=before, limit=limit, namespace=given.get("namespace"))

@@ -97,7 +97,9 @@ class GpugeekService:
         {'pools': [{'name': 'sweep-7', ...}, {'name': 'dev', ...}], 'next': 117}
         """
         if state not in STATES:
-            raise SpecError(f"state must be one of {', '.join(map(repr, STATES))}, got {state!r}; e.g. 'ended'", field="state")
+            raise SpecError(
+                f"state must be one of {', '.join(map(repr, STATES))}, got {state!r}; e.g. 'ended'", field="state"
+            )
         self.sweep_lost_pools()
         now = self.clock()
         if state == ENDED:
@@ -158,10 +160,7 @@ class GpugeekService:
 
     def _registered(self, name: str, after_id: int) -> PoolRecord | None:
         for record in self.registry.pools_named(name, after_id):
-            if (
-                record.owner == self.manager.owner
-                and record.owner_pid == os.getpid()
-            ):
+            if record.owner == self.manager.owner and record.owner_pid == os.getpid():
                 return record
         return None
 

@@ -28,8 +28,17 @@ class JobQueries(Database):
             db.execute(
                 "INSERT INTO jobs (id, pool_id, pool_name, kind, code_sha256, hyperparams_json, ranks, status, started_at)"
                 " VALUES (?,?,?,?,?,?,?,?,?)",
-                (job_id, pool_id, pool_name, kind, code_sha256, json.dumps(hyperparams or {}, default=str), ranks,
-                 JobStatus.RUNNING.value, self.clock()),
+                (
+                    job_id,
+                    pool_id,
+                    pool_name,
+                    kind,
+                    code_sha256,
+                    json.dumps(hyperparams or {}, default=str),
+                    ranks,
+                    JobStatus.RUNNING.value,
+                    self.clock(),
+                ),
             )
         return self.job(job_id)
 
@@ -51,7 +60,13 @@ class JobQueries(Database):
             db.execute(
                 "UPDATE jobs SET status = :status, failure_reason = COALESCE(:reason, failure_reason),"
                 " ended_at = CASE WHEN :final THEN :ended_at ELSE ended_at END WHERE id = :id",
-                {"id": job_id, "status": status.value, "reason": failure_reason, "final": status.is_final, "ended_at": end},
+                {
+                    "id": job_id,
+                    "status": status.value,
+                    "reason": failure_reason,
+                    "final": status.is_final,
+                    "ended_at": end,
+                },
             )
 
     def set_job_failure_reason(self, job_id: str, failure_reason: str) -> None:
@@ -92,9 +107,18 @@ class JobQueries(Database):
         """The job with ``job_id``; NotFoundError otherwise."""
         rows = self._read("SELECT * FROM jobs WHERE id = ?", (job_id,))
         if not rows:
-            raise NotFoundError(Phrase("no job with id {job_id}{see}", job_id=Value(job_id), see=PerSurface(
-                core="", python=" (see ClusterClient().jobs())", magic=" (see %gpugeek_jobs)",
-                server=" (see GET /gpugeek/jobs)")))
+            raise NotFoundError(
+                Phrase(
+                    "no job with id {job_id}{see}",
+                    job_id=Value(job_id),
+                    see=PerSurface(
+                        core="",
+                        python=" (see ClusterClient().jobs())",
+                        magic=" (see %gpugeek_jobs)",
+                        server=" (see GET /gpugeek/jobs)",
+                    ),
+                )
+            )
         return job_record(rows[0])
 
     def list_jobs(self, pool_id: int | None = None, limit: int = 200) -> list[JobRecord]:

@@ -173,11 +173,15 @@ class PoolQueries(Database):
         if rows:
             return pool_record(rows[0])
         live = [p.name for p in self.list_pools(live_only=True)]
-        hint: Any = f"running pools: {', '.join(live)}" if live else PerSurface(
-            core="no pool is running; launch one first",
-            python="no pool is running; launch one with gpugeek_jupyter.launch(gpu_type='cpu', count=2)",
-            magic="no pool is running; start one with %gpugeek_launch",
-            server="no pool is running; launch one with POST /gpugeek/pools",
+        hint: Any = (
+            f"running pools: {', '.join(live)}"
+            if live
+            else PerSurface(
+                core="no pool is running; launch one first",
+                python="no pool is running; launch one with gpugeek_jupyter.launch(gpu_type='cpu', count=2)",
+                magic="no pool is running; start one with %gpugeek_launch",
+                server="no pool is running; launch one with POST /gpugeek/pools",
+            )
         )
         raise NotFoundError(Phrase("no running pool named {name} ({hint})", name=Value(name), hint=hint))
 
@@ -185,9 +189,18 @@ class PoolQueries(Database):
         """The newest pool called ``name``, live or ended."""
         rows = self._read("SELECT * FROM pools WHERE name = ? ORDER BY id DESC LIMIT 1", (name,))
         if not rows:
-            raise NotFoundError(Phrase("no pool named {name} in the registry{see}", name=Value(name), see=PerSurface(
-                core="", python=" (see gpugeek_jupyter.list_pools())", magic=" (see %gpugeek_pools --all)",
-                server=" (see GET /gpugeek/pools?state=ended)")))
+            raise NotFoundError(
+                Phrase(
+                    "no pool named {name} in the registry{see}",
+                    name=Value(name),
+                    see=PerSurface(
+                        core="",
+                        python=" (see gpugeek_jupyter.list_pools())",
+                        magic=" (see %gpugeek_pools --all)",
+                        server=" (see GET /gpugeek/pools?state=ended)",
+                    ),
+                )
+            )
         return pool_record(rows[0])
 
     def pools_named(self, name: str, after_id: int = 0) -> list[PoolRecord]:
@@ -225,7 +238,9 @@ class PoolQueries(Database):
         )
         return sorted((pool_record(r) for r in (*live, *ended)), key=lambda r: r.id)
 
-    def ended_pools(self, before_id: int | None = None, limit: int = 50, namespace: str | None = None) -> list[PoolRecord]:
+    def ended_pools(
+        self, before_id: int | None = None, limit: int = 50, namespace: str | None = None
+    ) -> list[PoolRecord]:
         """Up to ``limit`` ended pools with ids below ``before_id`` (default: all), newest first: one
         page of history; the last record's id is the next page's ``before_id``."""
         scope, args = ("", ()) if namespace is None else (" AND namespace = ?", (namespace,))
@@ -259,9 +274,7 @@ class PoolQueries(Database):
             return []
         # pid and start time never change, so an owner seen dead stays dead; heartbeats are re-checked
         params = {"cutoff": cutoff, "dead": json.dumps(dead), "now": now, "exited": OWNER_EXITED}
-        lost = (
-            f"status IN {LIVE_SQL} AND (heartbeat_at < :cutoff OR id IN (SELECT value FROM json_each(:dead)))"
-        )
+        lost = f"status IN {LIVE_SQL} AND (heartbeat_at < :cutoff OR id IN (SELECT value FROM json_each(:dead)))"
         last_heartbeat = "(SELECT p.heartbeat_at FROM pools AS p WHERE p.id = {table}.pool_id)"
         with self._write() as db:
             db.execute(

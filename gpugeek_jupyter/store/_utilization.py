@@ -23,7 +23,9 @@ class UtilizationQueries(Database):
                 (pool_id, at if at is not None else self.clock(), float(mean_util), int(gpus), int(net_bytes)),
             )
 
-    def utilization(self, pool_id: int, since: float | None = None, until: float | None = None) -> list[UtilizationSample]:
+    def utilization(
+        self, pool_id: int, since: float | None = None, until: float | None = None
+    ) -> list[UtilizationSample]:
         """The pool's samples in ``[since, until]`` (default: all of them), oldest first."""
         rows = self._read(
             f"SELECT {_SAMPLE_COLUMNS} FROM utilization WHERE pool_id = ? AND at >= ? AND at <= ? ORDER BY at, id",

@@ -25,7 +25,15 @@ class WorkerQueries(Database):
         with self._write() as db:
             cursor = db.execute(
                 "INSERT INTO workers (pool_id, worker_name, address, host, pid, pricing, started_at) VALUES (?,?,?,?,?,?,?)",
-                (pool_id, worker_name, address, host, pid, pricing, started_at if started_at is not None else self.clock()),
+                (
+                    pool_id,
+                    worker_name,
+                    address,
+                    host,
+                    pid,
+                    pricing,
+                    started_at if started_at is not None else self.clock(),
+                ),
             )
             return int(cursor.lastrowid or 0)
 

@@ -25,10 +25,24 @@ def bar_chart(breakdowns: list[CostBreakdown], title: str = "Cost by pool and jo
     data["network"] = [b.network_usd for b in breakdowns]
     data["total"] = [b.total_usd for b in breakdowns]
     source = ColumnDataSource(data)
-    fig = figure(x_range=FactorRange(factors=labels), height=320, width=max(420, 90 * len(labels)), title=title, toolbar_location=None)
-    fig.vbar_stack(parts, x="label", width=0.7, source=source, color=["#1a7f37", "#d4a72c", "#0969da", "#8250df"],
-                   legend_label=parts)
-    fig.add_tools(HoverTool(tooltips=[("", "@label"), ("total USD", "@total{0,0.00}"), ("idle USD", "@{idle compute}{0,0.00}")]))
+    fig = figure(
+        x_range=FactorRange(factors=labels),
+        height=320,
+        width=max(420, 90 * len(labels)),
+        title=title,
+        toolbar_location=None,
+    )
+    fig.vbar_stack(
+        parts,
+        x="label",
+        width=0.7,
+        source=source,
+        color=["#1a7f37", "#d4a72c", "#0969da", "#8250df"],
+        legend_label=parts,
+    )
+    fig.add_tools(
+        HoverTool(tooltips=[("", "@label"), ("total USD", "@total{0,0.00}"), ("idle USD", "@{idle compute}{0,0.00}")])
+    )
     fig.yaxis.axis_label = "USD"
     fig.xaxis.major_label_orientation = 0.6 if len(labels) > 4 else 0.0
     fig.legend.location = "top_left"

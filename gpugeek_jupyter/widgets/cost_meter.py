@@ -87,7 +87,9 @@ class CostMeter(widgets.VBox):
         if self._ticker is not None and self._ticker.is_alive():
             return
         self._stop_ticking.clear()
-        self._ticker = threading.Thread(target=self._tick, args=(period_seconds,), name="gpugeek-cost-meter", daemon=True)
+        self._ticker = threading.Thread(
+            target=self._tick, args=(period_seconds,), name="gpugeek-cost-meter", daemon=True
+        )
         self._ticker.start()
 
     def stop_ticking(self) -> None:

@@ -92,7 +92,9 @@ def load_bokehjs() -> None:
 
     source = get_config().bokehjs.lower()
     if source not in ("inline", "cdn"):
-        raise GpugeekError(f"GPUGEEK_BOKEHJS must be inline or cdn, got '{get_config().bokehjs}' (e.g. GPUGEEK_BOKEHJS=cdn)")
+        raise GpugeekError(
+            f"GPUGEEK_BOKEHJS must be inline or cdn, got '{get_config().bokehjs}' (e.g. GPUGEEK_BOKEHJS=cdn)"
+        )
     output_notebook(resources=INLINE if source == "inline" else CDN, hide_banner=True)
     _bokehjs_loaded = True
 
@@ -286,7 +288,9 @@ class MonitorPanel:
             self._kind = "gpu" if is_gpu.any() else "cpu"
         if self._kind == "gpu":
             columns = select(columns, is_gpu)
-            util, used, total, power = (columns[k] for k in ("sm_util_pct", "mem_used_bytes", "mem_total_bytes", "power_w"))
+            util, used, total, power = (
+                columns[k] for k in ("sm_util_pct", "mem_used_bytes", "mem_total_bytes", "power_w")
+            )
         else:
             util, used = columns["cpu_pct"], columns["rss_bytes"]
             total = power = np.full(len(util), np.nan)
@@ -364,13 +368,24 @@ class MonitorPanel:
             rows = len(labels)
             self._heat_range = FactorRange(factors=labels)
             x_range = DataRange1d(follow="end", follow_interval=self.window_seconds * 1000, range_padding=0)
-            heat = self._figure(f"{util_title}, per {'GPU' if self._kind == 'gpu' else 'worker'}",
-                                int(min(900, max(260, 12 * rows + 90))), x_range=x_range, y_range=self._heat_range)
+            heat = self._figure(
+                f"{util_title}, per {'GPU' if self._kind == 'gpu' else 'worker'}",
+                int(min(900, max(260, 12 * rows + 90))),
+                x_range=x_range,
+                y_range=self._heat_range,
+            )
             heat.yaxis.major_label_text_font_size = "7pt" if rows > 32 else "8pt"
             mapper = LinearColorMapper(palette=Viridis256, low=0, high=100)
             self._heat_source = ColumnDataSource({"t": [], "w": [], "series": [], "util": []})
-            heat.rect(x="t", y="series", width="w", height=1.0, source=self._heat_source,
-                      fill_color={"field": "util", "transform": mapper}, line_color=None)
+            heat.rect(
+                x="t",
+                y="series",
+                width="w",
+                height=1.0,
+                source=self._heat_source,
+                fill_color={"field": "util", "transform": mapper},
+                line_color=None,
+            )
             heat.add_layout(ColorBar(color_mapper=mapper, width=8), "right")
             heat.add_tools(HoverTool(tooltips=[("", "@series"), ("%", "@util{0.0}")]))
             self._mean_source = ColumnDataSource({"t": [], "util": []})
@@ -467,7 +482,13 @@ class MonitorPanel:
         problems = self._problems()
         if problems:
             lines.append("<span style='color:#9a6700'>" + "<br>".join(html.escape(p) for p in problems) + "</span>")
-        if not self.running and self._thread is not None and not self._closed and self.feed is not None and not self.feed.closed:
+        if (
+            not self.running
+            and self._thread is not None
+            and not self._closed
+            and self.feed is not None
+            and not self.feed.closed
+        ):
             lines.append("<i>paused</i>")
         return "<div style='font-size:12px;line-height:1.5'>" + "<br>".join(lines) + "</div>"
 
@@ -477,7 +498,9 @@ class MonitorPanel:
             for (name, gpu), message in sorted(self._errors.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))
         ]
         if self.feed is not None:
-            found += [f"worker {w.name or w.address}: {w.problem}" for w in list(self.feed.workers.values()) if w.problem]
+            found += [
+                f"worker {w.name or w.address}: {w.problem}" for w in list(self.feed.workers.values()) if w.problem
+            ]
         if len(found) > limit:
             found = found[:limit] + [f"... and {len(found) - limit} more"]
         return found

@@ -77,7 +77,9 @@ class PoolCard(widgets.VBox):
             ("workers", f"{self._ready}/{spec.count} workers ready"),
         ]
         if spec.spot_workers:
-            rows.append(("pricing", f"{spec.spot_workers} spot / {spec.reserved_workers} {spec.base_pricing.replace('_', '-')}"))
+            rows.append(
+                ("pricing", f"{spec.spot_workers} spot / {spec.reserved_workers} {spec.base_pricing.replace('_', '-')}")
+            )
         if self._usd_per_hour is not None:
             rows.append(("USD per hour", f"{self._usd_per_hour:,.2f}"))
         if self._dashboard:

@@ -144,7 +144,9 @@ def test_panel_shows_pools_from_its_form_and_a_kernel_and_stops_both_leaving_no_
     panel = open_panel(page, lab)
     widen_sidebar(page)
 
-    fill_launch_form(panel, gpu_type="cpu", count="2", backend="local", spot_fraction="0.5", budget="0.05", name="from-panel")
+    fill_launch_form(
+        panel, gpu_type="cpu", count="2", backend="local", spot_fraction="0.5", budget="0.05", name="from-panel"
+    )
     panel.locator(".gpugeek-launch-button").click()
     panel_row = pool_row(panel, "from-panel")
     expect(panel_row.locator(".gpugeek-status")).to_have_text("ready", timeout=READY_TIMEOUT_MS)

@@ -32,7 +32,7 @@ def test_nvml_names_identify_catalog_types() -> None:
 
 def test_user_price_file_overrides_only_what_it_names(tmp_path: Path) -> None:
     prices = tmp_path / "prices.toml"
-    prices.write_text('[gpus.H100-80GB]\non_demand = 2.49\n[meta]\nnetwork_usd_per_gb = 0.0\n')
+    prices.write_text("[gpus.H100-80GB]\non_demand = 2.49\n[meta]\nnetwork_usd_per_gb = 0.0\n")
     catalog = load_catalog(prices)
     assert catalog.gpu("H100-80GB").prices.on_demand == 2.49
     assert catalog.gpu("H100-80GB").prices.spot == load_catalog().gpu("H100-80GB").prices.spot

@@ -16,8 +16,14 @@ def test_every_variable_sets_a_real_trait_and_is_named_in_its_help() -> None:
 
 
 def test_variables_are_parsed_by_the_trait_type(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = environment_settings({"GPUGEEK_HEARTBEAT": "0.5", "GPUGEEK_PRELOAD_TORCH": "0",
-                                     "GPUGEEK_BACKEND": "kubernetes", "GPUGEEK_IDLE_TIMEOUT": ""})
+    settings = environment_settings(
+        {
+            "GPUGEEK_HEARTBEAT": "0.5",
+            "GPUGEEK_PRELOAD_TORCH": "0",
+            "GPUGEEK_BACKEND": "kubernetes",
+            "GPUGEEK_IDLE_TIMEOUT": "",
+        }
+    )
     assert settings == {"heartbeat_seconds": 0.5, "preload_torch": False, "default_backend": "kubernetes"}
 
 

@@ -111,8 +111,9 @@ FIELD_RULES = [
 
 
 @pytest.mark.parametrize(("options", "magic", "python", "server"), FIELD_RULES)
-def test_the_same_bad_value_is_phrased_by_each_surface(shell: Any, options: dict[str, Any], magic: str, python: str,
-                                                       server: str) -> None:
+def test_the_same_bad_value_is_phrased_by_each_surface(
+    shell: Any, options: dict[str, Any], magic: str, python: str, server: str
+) -> None:
     assert through_magic(shell, {k: str(v) for k, v in options.items()}) == magic
     assert through_python(options) == python
     assert through_server(options) == server
@@ -175,9 +176,13 @@ def test_gpus_this_machine_lacks_are_phrased_by_each_surface(shell: Any) -> None
     magic = through_magic(shell, NO_SUCH_GPUS)
     python = through_python(NO_SUCH_GPUS)
     assert magic.startswith("--gpu-type H200-141GB --count 64 needs 64 x H200-141GB, but this machine has ")
-    assert magic.endswith("; use --gpu-type cpu here, or --backend kubernetes / --backend address for a cluster that has them")
+    assert magic.endswith(
+        "; use --gpu-type cpu here, or --backend kubernetes / --backend address for a cluster that has them"
+    )
     assert python.startswith("gpu_type='H200-141GB', count=64 needs 64 x H200-141GB")
-    assert python.endswith("; use gpu_type='cpu' here, or backend='kubernetes' / backend='address' for a cluster that has them")
+    assert python.endswith(
+        "; use gpu_type='cpu' here, or backend='kubernetes' / backend='address' for a cluster that has them"
+    )
     with pytest.raises(GpugeekError) as raised:
         from gpugeek_jupyter.pools.local import LocalBackend
 
@@ -193,8 +198,11 @@ def test_gpus_this_machine_lacks_are_phrased_by_each_surface(shell: Any) -> None
     ("env", "python", "magic"),
     [
         ({"RANK": "3"}, "env={'RANK': '3'}: torchrun's own variables", "--env 'RANK': torchrun's own variables"),
-        ({"A": "x\0y"}, "env={'A': 'x\\x00y'}: a value cannot contain a NUL character (e.g. env={'NCCL_DEBUG': 'INFO'})",
-         "--env 'A': a value cannot contain a NUL character (e.g. --env NCCL_DEBUG=INFO)"),
+        (
+            {"A": "x\0y"},
+            "env={'A': 'x\\x00y'}: a value cannot contain a NUL character (e.g. env={'NCCL_DEBUG': 'INFO'})",
+            "--env 'A': a value cannot contain a NUL character (e.g. --env NCCL_DEBUG=INFO)",
+        ),
         ({"1A": "x"}, "env={'1A': 'x'}: a name must be letters", "--env '1A': a name must be letters"),
     ],
 )
@@ -223,12 +231,21 @@ def test_job_options_are_phrased_as_keywords_or_flags() -> None:
 
     code = ScriptCode(path="train.py", abspath="/tmp/train.py", source="", args=(), cwd="/tmp")
     for options, python, magic in (
-        ({"timeout": 0}, "timeout must be a number of seconds > 0, got 0 (e.g. timeout=600)",
-         "--timeout must be a number of seconds > 0, got 0 (e.g. --timeout 600)"),
-        ({"max_restarts": -1}, "max_restarts must be a whole number >= 0, got -1 (e.g. max_restarts=2)",
-         "--max-restarts must be a whole number >= 0, got -1 (e.g. --max-restarts 2)"),
-        ({"amp": "fp8"}, "amp must be bf16 or fp16, got 'fp8' (e.g. amp='bf16')",
-         "--amp must be bf16 or fp16, got 'fp8' (e.g. --amp bf16)"),
+        (
+            {"timeout": 0},
+            "timeout must be a number of seconds > 0, got 0 (e.g. timeout=600)",
+            "--timeout must be a number of seconds > 0, got 0 (e.g. --timeout 600)",
+        ),
+        (
+            {"max_restarts": -1},
+            "max_restarts must be a whole number >= 0, got -1 (e.g. max_restarts=2)",
+            "--max-restarts must be a whole number >= 0, got -1 (e.g. --max-restarts 2)",
+        ),
+        (
+            {"amp": "fp8"},
+            "amp must be bf16 or fp16, got 'fp8' (e.g. amp='bf16')",
+            "--amp must be bf16 or fp16, got 'fp8' (e.g. --amp bf16)",
+        ),
     ):
         with pytest.raises(SpecError) as raised:
             JobRequest(code=code, sha256="0", **options).validate()
@@ -238,10 +255,20 @@ def test_job_options_are_phrased_as_keywords_or_flags() -> None:
 def test_core_messages_name_no_magic() -> None:
     """The default str() of the core's errors: keyword names only, whatever was wrong."""
     bad_inputs: list[dict[str, Any]] = [
-        {"count": "0"}, {"gpu_type": "V100"}, {"backend": "slurm"}, {"spot_fraction": "2"}, {"budget": "-1"},
-        {"idle_timeout": "soon"}, {"price": "-2"}, {"name": "Not Valid"}, {"base_pricing": "free"},
-        {"framework": "TF 1"}, {"backend": "address"}, {"backend": "address", "address": "nowhere"},
-        {"address": "tcp://1.2.3.4:8786"}, {"gpu_type": "T4", "interconnect": "NVLink"},
+        {"count": "0"},
+        {"gpu_type": "V100"},
+        {"backend": "slurm"},
+        {"spot_fraction": "2"},
+        {"budget": "-1"},
+        {"idle_timeout": "soon"},
+        {"price": "-2"},
+        {"name": "Not Valid"},
+        {"base_pricing": "free"},
+        {"framework": "TF 1"},
+        {"backend": "address"},
+        {"backend": "address", "address": "nowhere"},
+        {"address": "tcp://1.2.3.4:8786"},
+        {"gpu_type": "T4", "interconnect": "NVLink"},
         {"backend": "kubernetes", "namespace": "Team_Risk"},
     ]
     for options in bad_inputs:
@@ -277,18 +304,33 @@ def test_braces_in_a_value_are_not_placeholders() -> None:
 
 def test_a_hint_falls_back_to_the_core_text_on_surfaces_it_does_not_name() -> None:
     error = GpugeekError(Phrase("no pool ({hint})", hint=PerSurface(core="launch one", magic="%gpugeek_launch")))
-    assert [error.phrase(s) for s in Surface] == ["no pool (launch one)", "no pool (launch one)",
-                                                  "no pool (%gpugeek_launch)", "no pool (launch one)"]
+    assert [error.phrase(s) for s in Surface] == [
+        "no pool (launch one)",
+        "no pool (launch one)",
+        "no pool (%gpugeek_launch)",
+        "no pool (launch one)",
+    ]
 
 
 def test_an_error_keeps_its_facts_and_surface_through_pickle() -> None:
     error = SpecError(
         Phrase("{field} {value} only applies to {backend}", backend=Setting(backend="address")),
-        field="address", value="x", rule="only with backend 'address'", example="tcp://127.0.0.1:8786",
+        field="address",
+        value="x",
+        rule="only with backend 'address'",
+        example="tcp://127.0.0.1:8786",
     ).in_surface(Surface.MAGIC)
     copy = pickle.loads(pickle.dumps(error))
     assert str(copy) == "--address 'x' only applies to --backend address"
-    assert (copy.field, copy.value, copy.rule, copy.example) == ("address", "x", "only with backend 'address'",
-                                                                 "tcp://127.0.0.1:8786")
+    assert (copy.field, copy.value, copy.rule, copy.example) == (
+        "address",
+        "x",
+        "only with backend 'address'",
+        "tcp://127.0.0.1:8786",
+    )
     env_copy = pickle.loads(pickle.dumps(JobEnvError("a rule", "A", "1")))
-    assert (env_copy.name, env_copy.value, str(env_copy)) == ("A", "1", "env={'A': '1'}: a rule (e.g. env={'NCCL_DEBUG': 'INFO'})")
+    assert (env_copy.name, env_copy.value, str(env_copy)) == (
+        "A",
+        "1",
+        "env={'A': '1'}: a rule (e.g. env={'NCCL_DEBUG': 'INFO'})",
+    )

@@ -151,9 +151,7 @@ def test_a_file_from_a_newer_release_is_refused_with_one_line(v1_file: Path) -> 
     assert user_version(v1_file) == SCHEMA_VERSION + 1  # left as it was
 
 
-def test_a_failing_step_leaves_the_file_at_the_version_before(
-    v1_file: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_failing_step_leaves_the_file_at_the_version_before(v1_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     broken = Migration(
         SCHEMA_VERSION + 1,
         "a step that fails half-way",
@@ -196,5 +194,7 @@ def test_processes_opening_an_old_file_at_once_all_get_the_latest_version(v1_fil
 
 
 def test_a_python_whose_sqlite_is_too_old_is_told_which_version_it_needs() -> None:
-    with pytest.raises(GpugeekError, match=r"^the registry needs SQLite 3\.35\.0 or newer, but this Python has '3\.31\.1'"):
+    with pytest.raises(
+        GpugeekError, match=r"^the registry needs SQLite 3\.35\.0 or newer, but this Python has '3\.31\.1'"
+    ):
         _migrations.require_sqlite((3, 31, 1))

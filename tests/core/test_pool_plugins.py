@@ -154,7 +154,9 @@ def test_a_stop_request_is_carried_out_off_the_beat_and_the_pool_stays_beaten_wh
         release.set()
     wait_for(lambda: stopped, 10, "the stopped hook")
     assert (stopped[0].id, stopped[0].status, stopped[0].reason) == (
-        pool.id, PoolStatus.STOPPED, "stop requested from another process"
+        pool.id,
+        PoolStatus.STOPPED,
+        "stop requested from another process",
     )
     beat = manager.registry.pool_by_id(pool.id).heartbeat_at
     time.sleep(3 * manager.heartbeat_seconds)

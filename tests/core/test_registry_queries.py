@@ -95,7 +95,9 @@ def test_bytes_sent_in_any_window_are_those_of_the_samples_in_it_whatever_the_in
     pools = [registry.add_pool(f"p{i}", "local", {}, {}, owner="me").id for i in range(2)]
     rng = random.Random(7)
     for _ in range(300):  # out of order, with ties
-        registry.add_utilization(rng.choice(pools), 0.5, 1, net_bytes=rng.randint(0, 10_000), at=float(rng.randint(0, 50)))
+        registry.add_utilization(
+            rng.choice(pools), 0.5, 1, net_bytes=rng.randint(0, 10_000), at=float(rng.randint(0, 50))
+        )
     for _ in range(300):
         pool = rng.choice(pools)
         since, until = sorted(rng.uniform(-5, 55) for _ in range(2))
@@ -138,7 +140,9 @@ def test_the_panels_reads_and_the_sweeper_search_indexes_instead_of_scanning_tab
     assert len(statements) > 12
     for statement in statements:
         plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + statement)]
-        scans = [step for step in plan if re.match(r"SCAN (pools|workers|jobs|utilization|data_volumes|pool_events)\b", step)]
+        scans = [
+            step for step in plan if re.match(r"SCAN (pools|workers|jobs|utilization|data_volumes|pool_events)\b", step)
+        ]
         assert scans == [], (statement, plan)
 
 
@@ -167,8 +171,14 @@ def test_finish_job_records_the_outcome_and_when_it_ended(registry: Registry, cl
     pool = registry.add_pool("dev", "local", {}, {}, owner="me").id
     registry.add_job("job-1", pool, "dev", "torchrun", "ab", ranks=2)
     clock.now += 30
-    registry.finish_job("job-1", JobStatus.FAILED, restarts=1, rank_exits=[0, 3], failure_reason="rank 1 exited 3",
-                        summary={"duration_s": 30.0, "failed_rank": 1})
+    registry.finish_job(
+        "job-1",
+        JobStatus.FAILED,
+        restarts=1,
+        rank_exits=[0, 3],
+        failure_reason="rank 1 exited 3",
+        summary={"duration_s": 30.0, "failed_rank": 1},
+    )
     job = registry.job("job-1")
     assert (job.status, job.ended_at, job.restarts, job.rank_exits) == (JobStatus.FAILED, clock.now, 1, [0, 3])
     assert (job.failure_reason, job.summary) == ("rank 1 exited 3", {"duration_s": 30.0, "failed_rank": 1})

@@ -31,7 +31,9 @@ def data_version(watcher: sqlite3.Connection) -> int:
 
 def dead_pid() -> int:
     """The pid of a process that has exited."""
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     return int(done.stdout)
 
 

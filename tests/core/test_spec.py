@@ -9,8 +9,17 @@ from gpugeek_jupyter.spec import PoolSpec
 
 
 def test_valid_spec_normalises_strings_from_a_magic_line() -> None:
-    spec = PoolSpec.create(gpu_type="a100-80gb", count="4", interconnect="nvlink", framework="PyTorch 2.0",
-                           backend="LOCAL", spot_fraction="0.7", budget="200", idle_timeout="20", name="train")
+    spec = PoolSpec.create(
+        gpu_type="a100-80gb",
+        count="4",
+        interconnect="nvlink",
+        framework="PyTorch 2.0",
+        backend="LOCAL",
+        spot_fraction="0.7",
+        budget="200",
+        idle_timeout="20",
+        name="train",
+    )
     assert (spec.gpu_type, spec.count, spec.interconnect, spec.backend) == ("A100-80GB", 4, "NVLink", "local")
     assert (spec.spot_fraction, spec.budget, spec.idle_timeout, spec.name) == (0.7, 200.0, 20.0, "train")
 

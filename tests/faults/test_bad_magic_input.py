@@ -27,14 +27,22 @@ GOOD_VALUES = {
 }
 BAD_VALUES = {
     "--gpu-type": st.sampled_from(["V100", "", "a100", "GPU", "💥", "--count"]),
-    "--count": st.one_of(st.integers(-10, 0).map(str), st.integers(1025, 10**9).map(str),
-                         st.sampled_from(["two", "1.5", "", "4x", "nan", "1e3"])),
-    "--spot-fraction": st.one_of(st.floats(1.0001, 1e6).map(str), st.floats(-1e6, -0.0001).map(str),
-                                 st.sampled_from(["nan", "inf", "most", "70%"])),
+    "--count": st.one_of(
+        st.integers(-10, 0).map(str),
+        st.integers(1025, 10**9).map(str),
+        st.sampled_from(["two", "1.5", "", "4x", "nan", "1e3"]),
+    ),
+    "--spot-fraction": st.one_of(
+        st.floats(1.0001, 1e6).map(str),
+        st.floats(-1e6, -0.0001).map(str),
+        st.sampled_from(["nan", "inf", "most", "70%"]),
+    ),
     "--budget": st.one_of(st.floats(-1e6, -0.01).map(lambda f: f"{f:.2f}"), st.sampled_from(["lots", "nan", "$5"])),
     "--idle-timeout": st.sampled_from(["-1", "soon", "inf", "1h"]),
-    "--name": st.one_of(st.sampled_from(["My Pool", "-x", "x-", "UPPER", "a" * 64, "a_b", "a.b"]),
-                        st.text(min_size=1, max_size=8).filter(lambda s: not s.isalnum())),
+    "--name": st.one_of(
+        st.sampled_from(["My Pool", "-x", "x-", "UPPER", "a" * 64, "a_b", "a.b"]),
+        st.text(min_size=1, max_size=8).filter(lambda s: not s.isalnum()),
+    ),
     "--price": st.sampled_from(["-2", "free", "nan"]),
     "--pricing": st.sampled_from(["free", "spot", "cheap"]),
     "--interconnect": st.sampled_from(["carrier-pigeon", "USB", "NVSwitch9"]),
@@ -98,11 +106,15 @@ RUN_GOOD_VALUES = {
     "--no-stream": st.just(None),
 }
 RUN_BAD_VALUES = {
-    "--pool": st.one_of(st.sampled_from(["ghost", "My Pool", "-", "fuzz2"]), st.from_regex(r"nope-[a-z]{1,6}", fullmatch=True)),
+    "--pool": st.one_of(
+        st.sampled_from(["ghost", "My Pool", "-", "fuzz2"]), st.from_regex(r"nope-[a-z]{1,6}", fullmatch=True)
+    ),
     "--timeout": st.one_of(st.integers(-100, 0).map(str), st.sampled_from(["soon", "nan", "1h", "", "10s", "-inf"])),
     "--max-restarts": st.one_of(st.integers(-9, -1).map(str), st.sampled_from(["1.5", "many", "", "2x", "nan"])),
     "--amp": st.sampled_from(["fp8", "bf32", "float16", "", "yes", "BF-16"]),
-    "-o": st.one_of(st.sampled_from(["1x", "a-b", "my var", "", "x.y", "for"]), st.from_regex(r"[0-9][a-z]{0,4}", fullmatch=True)),
+    "-o": st.one_of(
+        st.sampled_from(["1x", "a-b", "my var", "", "x.y", "for"]), st.from_regex(r"[0-9][a-z]{0,4}", fullmatch=True)
+    ),
     "--script": st.sampled_from(["train.py", "missing.py"]),  # only for the line magic, never with a cell
     "--unknown-flag": st.sampled_from(["1", "x"]),
     "--nproc_per_node": st.sampled_from(["2", "8"]),

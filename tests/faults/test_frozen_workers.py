@@ -44,11 +44,13 @@ FREEZE_S = float(os.environ.get("GPUGEEK_FREEZE_SECONDS", "20"))
 
 @pytest.fixture
 def kernel(isolated_registry: Path) -> Iterator[KernelSession]:
-    session = KernelSession(env={
-        "GPUGEEK_REGISTRY": str(isolated_registry),
-        "GPUGEEK_HEARTBEAT": str(HEARTBEAT_S),
-        "GPUGEEK_LOST_AFTER": str(LOST_AFTER_S),
-    })
+    session = KernelSession(
+        env={
+            "GPUGEEK_REGISTRY": str(isolated_registry),
+            "GPUGEEK_HEARTBEAT": str(HEARTBEAT_S),
+            "GPUGEEK_LOST_AFTER": str(LOST_AFTER_S),
+        }
+    )
     kernel_pid = session.pid  # the provisioner forgets it once the test has shut the kernel down
     descendants: set[int] = set()
     try:
@@ -73,8 +75,9 @@ def _open_intervals(registry: Registry, pool_id: int) -> dict[int, int]:
     return {w.id: w.pid for w in registry.worker_intervals(pool_id) if w.stopped_at is None and w.pid}
 
 
-def _sweep_while_frozen(registry: Registry, pool_ids: dict[str, int], intervals: dict[str, dict[int, int]],
-                        seconds: float) -> tuple[list[str], float, int]:
+def _sweep_while_frozen(
+    registry: Registry, pool_ids: dict[str, int], intervals: dict[str, dict[int, int]], seconds: float
+) -> tuple[list[str], float, int]:
     """Sweep and read the registry as another process would, for ``seconds``.
 
     Returns what went wrong (pools marked lost or not ready, intervals closed), the oldest
@@ -114,8 +117,9 @@ def test_sigstopped_workers_never_make_a_live_kernels_pools_lost(
     launched_records = {name: registry.latest_pool(name) for name in POOLS}
     # a start can take longer than lost_after (the first one waits for the forkserver): starting
     # pools are beaten too, or the next launch's sweep finds them silent
-    not_ready = {n: f"{r.status.value}: {r.reason}" for n, r in launched_records.items()
-                 if r.status is not PoolStatus.READY}
+    not_ready = {
+        n: f"{r.status.value}: {r.reason}" for n, r in launched_records.items() if r.status is not PoolStatus.READY
+    }
     if not_ready:
         scenario.record(survived=False, data_lost=len(not_ready))
     assert not_ready == {}
@@ -129,8 +133,11 @@ def test_sigstopped_workers_never_make_a_live_kernels_pools_lost(
         os.kill(pid, signal.SIGSTOP)
     try:
         # a signal is delivered asynchronously: wait until the kernel has stopped them all
-        wait_for(lambda: all(psutil.Process(pid).status() == psutil.STATUS_STOPPED for pid in workers), 10,
-                 "every worker stopping")
+        wait_for(
+            lambda: all(psutil.Process(pid).status() == psutil.STATUS_STOPPED for pid in workers),
+            10,
+            "every worker stopping",
+        )
         problems, oldest_beat, sweeps = _sweep_while_frozen(registry, pool_ids, intervals, FREEZE_S)
     finally:
         for pid in workers:
@@ -145,7 +152,9 @@ def test_sigstopped_workers_never_make_a_live_kernels_pools_lost(
     records = {name: registry.pool_by_id(pool_ids[name]) for name in POOLS}
     stopped_cleanly = all((r.status, r.reason) == (PoolStatus.STOPPED, "stopped by the user") for r in records.values())
     intervals_closed_by_the_stop = all(
-        w.stop_reason == "pool stopped" for name in POOLS for w in registry.worker_intervals(pool_ids[name])
+        w.stop_reason == "pool stopped"
+        for name in POOLS
+        for w in registry.worker_intervals(pool_ids[name])
         if w.id in intervals[name]
     )
     # what is left (the pool forkserver, multiprocessing's resource tracker) goes with the kernel

@@ -17,7 +17,11 @@ LOOPBACK = {"127.0.0.1", "::1"}
 
 def _listening(pid: int) -> list[tuple[str, int]]:
     process = psutil.Process(pid)
-    connections = process.net_connections(kind="inet") if hasattr(process, "net_connections") else process.connections(kind="inet")
+    connections = (
+        process.net_connections(kind="inet")
+        if hasattr(process, "net_connections")
+        else process.connections(kind="inet")
+    )
     return [(c.laddr.ip, c.laddr.port) for c in connections if c.status == psutil.CONN_LISTEN]
 
 

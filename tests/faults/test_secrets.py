@@ -30,7 +30,7 @@ def _registry_bytes(path: Path) -> bytes:
 def _where(secret: str, text: str, width: int = 120) -> list[str]:
     found, start = [], text.find(secret)
     while start >= 0 and len(found) < 5:
-        found.append(text[max(0, start - width): start + len(secret) + 20])
+        found.append(text[max(0, start - width) : start + len(secret) + 20])
         start = text.find(secret, start + 1)
     return found
 
@@ -42,8 +42,9 @@ def test_the_api_key_never_appears_in_kernel_output_widgets_logs_or_the_registry
     log_file = tmp_path / "kernel-debug.log"
     script = tmp_path / "train.py"
     script.write_text("import sys\nraise SystemExit(f'bad hyperparameters: {sys.argv[1:]}')\n")
-    session = KernelSession(env={"GPUGEEK_API_KEY": API_KEY, "GPUGEEK_REGISTRY": str(registry),
-                                 "GPUGEEK_PRELOAD_TORCH": "0"})
+    session = KernelSession(
+        env={"GPUGEEK_API_KEY": API_KEY, "GPUGEEK_REGISTRY": str(registry), "GPUGEEK_PRELOAD_TORCH": "0"}
+    )
     cells = [
         f"import logging\nlogging.basicConfig(filename={str(log_file)!r}, level=logging.DEBUG, force=True)",
         "%load_ext gpugeek_jupyter",

@@ -79,8 +79,16 @@ def test_budget_stop_ends_a_job_that_ignores_signals_and_swallows_cancellation(s
     left = wait_until_gone(pids, 30)
     record = pool.record
     job = manager.registry.list_jobs(pool_id=pool.id)
-    survived = bool(job_started and stopped and not runner.is_alive() and not left and outcome
-                    and not outcome[0].ok and job and job[0].status is JobStatus.CANCELLED)
+    survived = bool(
+        job_started
+        and stopped
+        and not runner.is_alive()
+        and not left
+        and outcome
+        and not outcome[0].ok
+        and job
+        and job[0].status is JobStatus.CANCELLED
+    )
     scenario.record(survived=survived)
 
     assert job_started, "the stubborn job never started"

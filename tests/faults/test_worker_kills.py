@@ -45,7 +45,9 @@ def _kill_rank_mid_all_reduce(pool: Any, rank: int) -> Any:
             looping.set()
 
     outcome: list[Any] = []
-    runner = threading.Thread(target=lambda: outcome.append(run_cell(pool, LOOP, {"torch": torch}, on_output=on_output)))
+    runner = threading.Thread(
+        target=lambda: outcome.append(run_cell(pool, LOOP, {"torch": torch}, on_output=on_output))
+    )
     runner.start()
     if not looping.wait(30):
         runner.join(60)
@@ -69,9 +71,15 @@ def test_sigkill_of_a_worker_mid_all_reduce_fails_the_job_cleanly_every_time(poo
             scenario.record(survived=False)
             failures.append((attempt, "the job never reached its all_reduce loop", None))
             break
-        named = (not result.ok and result.failed_rank == rank and f"rank {rank} (host" in result.failure
-                 and f"pid {pid}" in result.failure)
-        healed = run_cell(pool, "t = torch.ones(1)\ndist.all_reduce(t)\nt.item()", {"torch": torch})  # the very next cell
+        named = (
+            not result.ok
+            and result.failed_rank == rank
+            and f"rank {rank} (host" in result.failure
+            and f"pid {pid}" in result.failure
+        )
+        healed = run_cell(
+            pool, "t = torch.ones(1)\ndist.all_reduce(t)\nt.item()", {"torch": torch}
+        )  # the very next cell
         survived = named and healed.ok and healed.values == [2.0, 2.0]
         scenario.record(survived=survived)
         if not survived:

@@ -81,7 +81,14 @@ def test_output_lines_are_labelled_by_rank_and_carriage_returns_keep_bars_in_pla
 
 def test_hyperparams_become_name_value_arguments() -> None:
     assert hyperparams_to_args({"batch_size": 256, "lr": 3e-5, "layers": [2, 4], "fast": None}) == [
-        "--batch_size", "256", "--lr", "3e-05", "--layers", "2", "4", "--fast",
+        "--batch_size",
+        "256",
+        "--lr",
+        "3e-05",
+        "--layers",
+        "2",
+        "4",
+        "--fast",
     ]
     with pytest.raises(SpecError, match="hyperparameter name 'bad name'"):
         hyperparams_to_args({"bad name": 1})

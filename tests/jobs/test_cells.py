@@ -52,7 +52,9 @@ def test_rank0_progress_bar_redraws_in_place(pool: Any) -> None:
 
 
 def test_last_expression_comes_back_per_rank_with_tensors_on_cpu(pool: Any) -> None:
-    result = run_cell(pool, "w = torch.ones(2, requires_grad=True) * (rank + 1)\n{'w': w, 'r': [rank]}", {"torch": torch})
+    result = run_cell(
+        pool, "w = torch.ones(2, requires_grad=True) * (rank + 1)\n{'w': w, 'r': [rank]}", {"torch": torch}
+    )
     assert [v["r"] for v in result.values] == [[0], [1]]
     for rank, value in enumerate(result.values):
         assert value["w"].device.type == "cpu" and not value["w"].requires_grad
@@ -64,8 +66,10 @@ def test_last_expression_comes_back_per_rank_with_tensors_on_cpu(pool: Any) -> N
 def test_notebook_functions_classes_variables_and_modules_travel(pool: Any) -> None:
     import json
 
-    namespace = notebook("class Scale:\n    def __init__(self, k):\n        self.k = k\n"
-                         "def apply(s, v):\n    return s.k * v + OFFSET\nOFFSET = 100\n")
+    namespace = notebook(
+        "class Scale:\n    def __init__(self, k):\n        self.k = k\n"
+        "def apply(s, v):\n    return s.k * v + OFFSET\nOFFSET = 100\n"
+    )
     namespace.update(json=json, factor=3)
     result = run_cell(pool, "json.dumps(apply(Scale(factor), rank))", namespace)
     assert result.values == ["100", "103"]
@@ -151,7 +155,7 @@ def test_rank_failure_ends_every_rank_and_pool_stays_usable(pool: Any) -> None:
     result = run_cell(pool, cell, {"torch": torch})
     assert not result.ok and result.failed_rank == 1
     assert "rank 1 (host 127.0.0.1): ValueError: rank one is broken" in result.failure
-    assert result.traceback.startswith("Traceback (most recent call last):\n  File \"<gpugeek_run cell>\", line 3")
+    assert result.traceback.startswith('Traceback (most recent call last):\n  File "<gpugeek_run cell>", line 3')
     assert "raise ValueError('rank one is broken')" in result.traceback and "rank.py" not in result.traceback
     stopped = result.ranks[0]  # cancelled before its all_reduce, or broken out of it when rank 1 left
     assert stopped.status == "cancelled" or (stopped.status == "failed" and stopped.peer_failure), stopped
@@ -171,7 +175,9 @@ def test_killed_worker_is_reported_by_rank_and_host_and_pool_heals(pool: Any) ->
 
     cell = "t = torch.ones(1)\nprint('looping', flush=True)\nwhile True:\n    dist.all_reduce(t)\n"
     outcome: list[Any] = []
-    runner = threading.Thread(target=lambda: outcome.append(run_cell(pool, cell, {"torch": torch}, on_output=on_output)))
+    runner = threading.Thread(
+        target=lambda: outcome.append(run_cell(pool, cell, {"torch": torch}, on_output=on_output))
+    )
     runner.start()
     assert looping.wait(60)
     os.kill(pid, signal.SIGKILL)
@@ -206,8 +212,10 @@ def test_hung_barrier_times_out_naming_the_rank_that_had_not_arrived(pool: Any) 
     cell = "import time\nif rank == 1:\n    time.sleep(600)\ndist.barrier()\n"
     result = run_cell(pool, cell, {}, timeout=3)
     assert result.timed_out and result.status is JobStatus.FAILED
-    assert "timed out after 3 s: rank 1 had not arrived (rank 1 at line 3: time.sleep(600)); " \
-           "rank 0 waiting in dist.barrier()" in result.failure
+    assert (
+        "timed out after 3 s: rank 1 had not arrived (rank 1 at line 3: time.sleep(600)); "
+        "rank 0 waiting in dist.barrier()" in result.failure
+    )
     assert run_cell(pool, "dist.barrier()\nrank", {}).values == [0, 1]
 
 
@@ -351,3 +359,16 @@ def test_jobs_are_recorded_in_the_registry(pool: Any) -> None:
     assert "KeyError: 'missing'" in record.failure_reason
     assert record.ended_at is not None and record.ended_at >= record.started_at
     assert time.time() - record.started_at < 600
+
+
+@pytest.mark.slow
+def test_a_cell_that_calls_torch_compile_runs_again(pool: Any) -> None:
+    """Each run compiles the cell anew, as IPython does: a reused code object with a fresh namespace
+    would hit torch.compile's cache, whose compiled function lives in the first run's globals."""
+    cell = (
+        "import torch\nw = torch.ones(3)\nstep = torch.compile(lambda x: (x * w).sum())\nfloat(step(torch.arange(3.0)))"
+    )
+    for _ in range(2):
+        result = run_cell(pool, cell, {})
+        assert result.ok, result.report()
+        assert result.values == [3.0, 3.0]

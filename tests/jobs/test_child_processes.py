@@ -54,8 +54,10 @@ child.start(); child.join()
 
 
 def test_gg_shard_with_num_workers_loads_this_ranks_shard(pool: Any) -> None:
-    cell = ("import torch\nx = torch.arange(16.0)\n"
-            "sorted(v for (b,) in gg.shard((x,), batch_size=2, shuffle=False, num_workers=2) for v in b.tolist())")
+    cell = (
+        "import torch\nx = torch.arange(16.0)\n"
+        "sorted(v for (b,) in gg.shard((x,), batch_size=2, shuffle=False, num_workers=2) for v in b.tolist())"
+    )
     result = run_cell(pool, cell, {})
     assert result.ok, result.report()
     assert sorted(result.values[0] + result.values[1]) == [float(v) for v in range(16)]
@@ -92,8 +94,12 @@ def test_a_timed_out_cell_ends_the_processes_it_started(pool: Any, tmp_path: Pat
 
 def test_a_script_ends_the_processes_it_left_behind(pool: Any, tmp_path: Path) -> None:
     script = tmp_path / "leave_children.py"
-    script.write_text(SLEEPING_CHILDREN.replace("OUT", repr(str(tmp_path))).replace("time.sleep(600)\n", "")
-                      .replace("rank", "int(os.environ['RANK'])").replace("daemon) for", "True) for"))
+    script.write_text(
+        SLEEPING_CHILDREN.replace("OUT", repr(str(tmp_path)))
+        .replace("time.sleep(600)\n", "")
+        .replace("rank", "int(os.environ['RANK'])")
+        .replace("daemon) for", "True) for")
+    )
     result = run_script(pool, str(script))
     assert result.ok, result.report()
     pids = _child_pids(tmp_path)
@@ -102,9 +108,11 @@ def test_a_script_ends_the_processes_it_left_behind(pool: Any, tmp_path: Path) -
 
 
 def test_children_of_a_killed_worker_die_with_it(pool: Any, tmp_path: Path) -> None:
-    cell = ("import multiprocessing, os, time\n"
-            "kid = multiprocessing.get_context('fork').Process(target=time.sleep, args=(600,), daemon=True)\n"
-            "kid.start()\n(os.getpid(), kid.pid)")
+    cell = (
+        "import multiprocessing, os, time\n"
+        "kid = multiprocessing.get_context('fork').Process(target=time.sleep, args=(600,), daemon=True)\n"
+        "kid.start()\n(os.getpid(), kid.pid)"
+    )
     result = run_cell(pool, cell, {})
     assert result.ok, result.report()
     worker, kid = result.values[1]

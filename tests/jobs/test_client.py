@@ -12,8 +12,9 @@ import pytest
 SECRET = "gk-live-5e3cr3t-value"
 
 
-def test_api_key_comes_from_the_environment_and_is_never_shown(monkeypatch: pytest.MonkeyPatch,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_api_key_comes_from_the_environment_and_is_never_shown(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     from gpugeek_jupyter import ClusterClient
     from gpugeek_jupyter.errors import SpecError
 
@@ -60,8 +61,11 @@ def test_create_job_launches_a_pool_and_runs_a_script(tmp_path: Path, monkeypatc
     seen: list[tuple[int, str]] = []
     with ClusterClient(api_key=SECRET).create_job(gpu_type="cpu", count=2, name="llm") as job:
         assert job.pool.name == "llm" and job.pool.spec.count == 2
-        result = job.run(script_path="./train_llm.py", hyperparams={"batch_size": 256, "lr": 3e-5},
-                         on_output=lambda rank, stream, text: seen.append((rank, text)))
+        result = job.run(
+            script_path="./train_llm.py",
+            hyperparams={"batch_size": 256, "lr": 3e-5},
+            on_output=lambda rank, stream, text: seen.append((rank, text)),
+        )
         assert result.ok and result.returncodes == [0, 0] and result.duration_s > 0
         assert sorted(seen) == [(0, "0 256 3e-05\n"), (1, "1 256 3e-05\n")]
         assert result.job_id == job.results[-1].job_id
@@ -96,14 +100,21 @@ def test_run_env_reaches_every_rank_of_that_run(pool: Any, in_tmp: Path) -> None
 @pytest.mark.parametrize(
     "env, message",
     [
-        ({"RANK": "3"}, "env={'RANK': '3'}: torchrun's own variables are set by the launcher for each rank and cannot be overridden"),
+        (
+            {"RANK": "3"},
+            "env={'RANK': '3'}: torchrun's own variables are set by the launcher for each rank and cannot be overridden",
+        ),
         ({"A-B": "1"}, "env={'A-B': '1'}: a name must be letters, digits and '_'"),
-        ({"A": "x\0y"}, "env={'A': 'x\\x00y'}: a value cannot contain a NUL character (e.g. env={'NCCL_DEBUG': 'INFO'})"),
+        (
+            {"A": "x\0y"},
+            "env={'A': 'x\\x00y'}: a value cannot contain a NUL character (e.g. env={'NCCL_DEBUG': 'INFO'})",
+        ),
         ({"A": ["x"]}, "env={'A': ['x']}: a value must be a string, got list"),
     ],
 )
-def test_run_env_mistakes_name_the_keyword_and_the_value(pool: Any, in_tmp: Path, env: dict[str, Any],
-                                                         message: str) -> None:
+def test_run_env_mistakes_name_the_keyword_and_the_value(
+    pool: Any, in_tmp: Path, env: dict[str, Any], message: str
+) -> None:
     from gpugeek_jupyter import ClusterClient
     from gpugeek_jupyter.errors import SpecError
 
@@ -147,8 +158,15 @@ def test_a_plain_script_without_a_main_guard_launches_runs_and_stops(tmp_path: P
     (tmp_path / "train.py").write_text(TRAIN_WITH_LOADER_WORKERS)
     registry = tmp_path / "registry.sqlite"
     env = {**os.environ, "GPUGEEK_REGISTRY": str(registry), "PYTHONPATH": str(Path(__file__).parents[2])}
-    done = subprocess.run([sys.executable, "launch.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "launch.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "RESULT True [0, 0]" in done.stdout
     assert "[rank 0] offline 496.0" in done.stdout and "[rank 1] offline 496.0" in done.stdout

@@ -21,11 +21,19 @@ def _python_without_this_package(where: Path) -> str:
     """
     import sysconfig
 
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120,
-                   env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(where)],
+        check=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"},
+    )
     python = where / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     (Path(site) / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return str(python)
 
@@ -37,19 +45,34 @@ def foreign_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[
     python = _python_without_this_package(tmp_path / "venv")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["OMP_NUM_THREADS"] = "1"
-    probe = subprocess.run([python, "-c", "import torch, distributed, gpugeek_jupyter"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [python, "-c", "import torch, distributed, gpugeek_jupyter"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert "No module named 'gpugeek_jupyter'" in probe.stderr, probe.stderr
     address = f"tcp://127.0.0.1:{free_port()}"
     dask = [python, "-m", "distributed.cli.dask_scheduler"]
-    started = [subprocess.Popen([*dask, "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
-                                 "--dashboard-address", ":0"], cwd=tmp_path, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    started = [
+        subprocess.Popen(
+            [*dask, "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--dashboard-address", ":0"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     worker = [python, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1", "--host", "127.0.0.1"]
     if request.param == "no-nanny":
         worker.append("--no-nanny")
-    started += [subprocess.Popen([*worker, "--name", str(n)], cwd=tmp_path, env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in range(2)]
+    started += [
+        subprocess.Popen(
+            [*worker, "--name", str(n)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for n in range(2)
+    ]
     yield address
     for process in started:
         process.terminate()
@@ -57,7 +80,7 @@ def foreign_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:  # a --no-nanny worker that ran a script can hang at exit
-            process.kill()                 # (freeing its gloo group); a nanny would have ended it
+            process.kill()  # (freeing its gloo group); a nanny would have ended it
             process.wait(timeout=10)
 
 
@@ -76,7 +99,9 @@ def test_cells_run_on_workers_that_lack_the_package(foreign_cluster: str) -> Non
         pool.stop()
 
 
-SCRIPT = "import os, torch.distributed as dist\ndist.init_process_group('gloo')\ndist.barrier()\nprint('pid', os.getpid())\n"
+SCRIPT = (
+    "import os, torch.distributed as dist\ndist.init_process_group('gloo')\ndist.barrier()\nprint('pid', os.getpid())\n"
+)
 
 
 @pytest.mark.slow
@@ -94,8 +119,10 @@ def test_scripts_get_fresh_workers_where_nannies_can_give_them(
     try:
         runs = [run_script(pool, str(script)) for _ in range(2)]
         assert all(r.ok for r in runs), [r.report() for r in runs]
-        printed = [sorted(int(line.split()[-1]) for text in r.output for line in text.splitlines() if "pid" in line)
-                   for r in runs]
+        printed = [
+            sorted(int(line.split()[-1]) for text in r.output for line in text.splitlines() if "pid" in line)
+            for r in runs
+        ]
         assert [len(p) for p in printed] == [2, 2], printed
         if request.node.callspec.params["foreign_cluster"] == "no-nanny":
             assert printed[0] == printed[1]  # no nanny to restart them: the same processes serve on
@@ -103,4 +130,3 @@ def test_scripts_get_fresh_workers_where_nannies_can_give_them(
             assert not set(printed[0]) & set(printed[1])  # as under torchrun: fresh processes per run
     finally:
         pool.stop()
-

@@ -28,7 +28,9 @@ def kernel(tmp_path: Path) -> Iterator[Any]:
     manager.shutdown_kernel(now=False)
 
 
-def execute(client: Any, code: str, timeout: float = 120.0, until: str | None = None) -> tuple[str, dict[str, Any], str]:
+def execute(
+    client: Any, code: str, timeout: float = 120.0, until: str | None = None
+) -> tuple[str, dict[str, Any], str]:
     """Run ``code``; returns (msg_id, reply, text shown). With ``until``, returns as soon as that text is shown.
 
     ``stop_on_error=False``: a cell that fails must not make the kernel drop the next one.
@@ -70,8 +72,11 @@ def wait_reply(client: Any, msg_id: str, timeout: float) -> dict[str, Any]:
 @pytest.mark.timeout(240)
 def test_kernel_interrupt_stops_the_job_within_5s_and_the_next_cell_runs(kernel: Any) -> None:
     manager, client = kernel
-    _, reply, _ = execute(client, "%load_ext gpugeek_jupyter\nimport gpugeek_jupyter\n"
-                                  "pool = gpugeek_jupyter.launch(gpu_type='cpu', count=2, name='kernel-pool')")
+    _, reply, _ = execute(
+        client,
+        "%load_ext gpugeek_jupyter\nimport gpugeek_jupyter\n"
+        "pool = gpugeek_jupyter.launch(gpu_type='cpu', count=2, name='kernel-pool')",
+    )
     assert reply["status"] == "ok", reply
     spin = "%%gpugeek_run\nimport torch\nt = torch.ones(1)\nprint('spinning', flush=True)\nwhile True:\n    dist.all_reduce(t)\n"
     msg_id, _, _ = execute(client, spin, until="[rank 1] spinning")

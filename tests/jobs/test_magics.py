@@ -49,8 +49,9 @@ def test_failing_rank_raises_with_its_traceback(shell: Any, capsys: pytest.Captu
     assert run(shell, "%%gpugeek_run\nrank").result == [0, 1]
 
 
-def test_line_magic_runs_a_script_with_its_arguments(shell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_line_magic_runs_a_script_with_its_arguments(
+    shell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("import os, sys\nprint(os.environ['RANK'], sys.argv[1:])\n")
     assert run(shell, "%gpugeek_run --script train.py -- --lr 3e-5").success
@@ -77,8 +78,9 @@ def test_line_magic_runs_a_script_with_its_arguments(shell: Any, tmp_path: Path,
         ("%%gpugeek_run\nwith lock:\n    pass", "cannot send 'lock' (a lock) to the workers"),
     ],
 )
-def test_mistakes_are_one_line_usage_errors(shell: Any, line: str, message: str | None,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_mistakes_are_one_line_usage_errors(
+    shell: Any, line: str, message: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
     result = run(shell, line)
     if message is None:
         return
@@ -87,8 +89,9 @@ def test_mistakes_are_one_line_usage_errors(shell: Any, line: str, message: str 
     assert error.startswith("UsageError: ") and message in error and "Traceback" not in error
 
 
-def test_env_option_sets_variables_for_that_cell_only(shell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_env_option_sets_variables_for_that_cell_only(
+    shell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     probe = "import os\n(os.environ.get('NCCL_DEBUG'), os.environ.get('HF_HOME'))"
     with_env = run(shell, f"%%gpugeek_run --env NCCL_DEBUG=INFO --env HF_HOME=/data/hf\n{probe}")
     assert with_env.result == [("INFO", "/data/hf")] * 2

@@ -31,9 +31,23 @@ def test_script_sees_the_same_environment_argv_and_cwd_as_under_torchrun(pool: A
     env["PYTHONPATH"] = str(REPO)
     torchrun = Path(sys.executable).with_name("torchrun")
     subprocess.run(
-        [str(torchrun), "--nproc_per_node=2", f"--master-port={free_port()}", "envscript.py",
-         "--out", "out", "--lr", "3e-05", "--batch_size", "256"],
-        cwd=in_tmp, env=env, check=True, capture_output=True, timeout=120,
+        [
+            str(torchrun),
+            "--nproc_per_node=2",
+            f"--master-port={free_port()}",
+            "envscript.py",
+            "--out",
+            "out",
+            "--lr",
+            "3e-05",
+            "--batch_size",
+            "256",
+        ],
+        cwd=in_tmp,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     under_torchrun = _read_ranks(in_tmp / "out")
     shutil.rmtree(in_tmp / "out")

@@ -126,10 +126,17 @@ def operator_children(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
             group, cluster = f"{name}-default", name
         else:
             group, cluster = meta["name"], spec["cluster"]
-        children.append(controller.build_worker_deployment_spec(
-            worker_group_name=group, namespace=namespace, cluster_name=cluster, uuid="0123456789",
-            pod_spec=worker["spec"], annotations=worker_annotations, labels=worker_labels,
-        ))
+        children.append(
+            controller.build_worker_deployment_spec(
+                worker_group_name=group,
+                namespace=namespace,
+                cluster_name=cluster,
+                uuid="0123456789",
+                pod_spec=worker["spec"],
+                annotations=worker_annotations,
+                labels=worker_labels,
+            )
+        )
         for child in children:
             child["metadata"].setdefault("namespace", namespace)
     return children

@@ -17,7 +17,9 @@ REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 
 def kube_spec(**overrides: object) -> PoolSpec:
-    options = dict(gpu_type="A100-80GB", count=8, spot_fraction=0.7, backend="kubernetes", namespace="team-risk", name="risk")
+    options = dict(
+        gpu_type="A100-80GB", count=8, spot_fraction=0.7, backend="kubernetes", namespace="team-risk", name="risk"
+    )
     options.update(overrides)
     return PoolSpec.create(**options)
 
@@ -28,8 +30,14 @@ def test_importing_the_package_and_backend_loads_no_kubernetes_client() -> None:
         "gpugeek_jupyter.pools.k8s_manifest, gpugeek_jupyter.pools.k8s_errors; "
         "print(sorted(m for m in ('kr8s', 'dask_kubernetes', 'kubernetes', 'yaml', 'httpx') if m in sys.modules))"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
-                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert result.stdout.strip() == "[]", result.stderr
 
 
@@ -100,11 +108,13 @@ def test_the_registry_records_spot_workers_as_spot_whatever_order_they_connect_i
     )
     pool = Pool(record, running, PoolManager(registry), owned=True)
     tracker = _WorkerTracker(registry, pool)
-    tracker.sync({  # the on-demand workers connect first: position would have made one of them spot
-        "tcp://10.0.0.1:1": {"name": "risk-default-worker-aaaaaaaaaa", "host": "10.0.0.1"},
-        "tcp://10.0.0.2:1": {"name": "risk-default-worker-bbbbbbbbbb", "host": "10.0.0.2"},
-        "tcp://10.0.0.3:1": {"name": "risk-spot-worker-cccccccccc", "host": "10.0.0.3"},
-    })
+    tracker.sync(
+        {  # the on-demand workers connect first: position would have made one of them spot
+            "tcp://10.0.0.1:1": {"name": "risk-default-worker-aaaaaaaaaa", "host": "10.0.0.1"},
+            "tcp://10.0.0.2:1": {"name": "risk-default-worker-bbbbbbbbbb", "host": "10.0.0.2"},
+            "tcp://10.0.0.3:1": {"name": "risk-spot-worker-cccccccccc", "host": "10.0.0.3"},
+        }
+    )
     pricing = {w.worker_name: w.pricing for w in registry.worker_intervals(record.id)}
     assert pricing == {
         "risk-default-worker-aaaaaaaaaa": "on_demand",

@@ -72,7 +72,12 @@ def cpu_k8s_pool(api: object, k8s_settings: None) -> Iterator[object]:
     import gpugeek_jupyter
 
     pool = gpugeek_jupyter.launch(
-        backend="kubernetes", namespace=NAMESPACE, gpu_type="cpu", count=2, name=unique_name("gg-e2e"), image=dask_image()
+        backend="kubernetes",
+        namespace=NAMESPACE,
+        gpu_type="cpu",
+        count=2,
+        name=unique_name("gg-e2e"),
+        image=dask_image(),
     )
     yield pool
     if pool.status.is_live:
@@ -105,10 +110,14 @@ def test_a_namespace_that_does_not_exist_is_named(api: object, k8s_settings: Non
     from gpugeek_jupyter.errors import BackendUnavailableError
 
     with pytest.raises(BackendUnavailableError, match=r"namespace 'gg-missing-[0-9a-f]+' does not exist"):
-        gpugeek_jupyter.launch(backend="kubernetes", namespace=unique_name("gg-missing"), gpu_type="cpu", count=1, name=unique_name("gg"))
+        gpugeek_jupyter.launch(
+            backend="kubernetes", namespace=unique_name("gg-missing"), gpu_type="cpu", count=1, name=unique_name("gg")
+        )
 
 
-def test_gpus_no_node_has_fail_at_the_deadline_with_the_schedulers_reason(api: object, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpus_no_node_has_fail_at_the_deadline_with_the_schedulers_reason(
+    api: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import gpugeek_jupyter
     from gpugeek_jupyter.catalog import load_catalog
     from gpugeek_jupyter.errors import PoolStartError
@@ -120,8 +129,9 @@ def test_gpus_no_node_has_fail_at_the_deadline_with_the_schedulers_reason(api: o
     monkeypatch.setenv("GPUGEEK_WORKER_START_TIMEOUT", "90")
     name = unique_name("gg-h200")
     with pytest.raises(PoolStartError, match=rf"Pending: 0/\d+ nodes have nvidia\.com/gpu\.product={product}"):
-        gpugeek_jupyter.launch(backend="kubernetes", namespace=NAMESPACE, gpu_type="H200-141GB", count=1, name=name,
-                               image=dask_image())
+        gpugeek_jupyter.launch(
+            backend="kubernetes", namespace=NAMESPACE, gpu_type="H200-141GB", count=1, name=name, image=dask_image()
+        )
     wait_gone(api, name)  # nothing is left behind
 
 
@@ -131,8 +141,14 @@ def test_the_default_group_autoscales_up_by_two_and_back(api: object, k8s_settin
     from gpugeek_jupyter.pools.autoscale import AutoscalePolicy
     from gpugeek_jupyter.pools.kubernetes import autoscale_pool
 
-    pool = gpugeek_jupyter.launch(backend="kubernetes", namespace=NAMESPACE, gpu_type="cpu", count=1,
-                                  name=unique_name("gg-scale"), image=dask_image())
+    pool = gpugeek_jupyter.launch(
+        backend="kubernetes",
+        namespace=NAMESPACE,
+        gpu_type="cpu",
+        count=1,
+        name=unique_name("gg-scale"),
+        image=dask_image(),
+    )
     try:
         [adaptive] = autoscale_pool(pool, AutoscalePolicy(minimum=1, maximum=3, idle_cooldown=20, interval=2))
 

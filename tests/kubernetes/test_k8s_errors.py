@@ -32,8 +32,14 @@ def server_error(code: int, body: dict) -> kr8s.ServerError:
 
 def status(code: int, reason: str, message: str, details: dict | None = None) -> dict:
     return {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "details": details or {}, "code": code,
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": details or {},
+        "code": code,
     }
 
 
@@ -46,7 +52,9 @@ def no_cluster_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def kube_spec(**overrides: object) -> PoolSpec:
-    options = dict(gpu_type="A100-80GB", count=8, spot_fraction=0.7, backend="kubernetes", namespace="team-risk", name="risk")
+    options = dict(
+        gpu_type="A100-80GB", count=8, spot_fraction=0.7, backend="kubernetes", namespace="team-risk", name="risk"
+    )
     options.update(overrides)
     return PoolSpec.create(**options)
 
@@ -86,7 +94,9 @@ def test_an_api_server_that_does_not_answer_is_named(no_cluster_env: Path, monke
         "users: [{name: u, user: {token: t}}]\n"
     )
     monkeypatch.setenv("KUBECONFIG", str(config))
-    with pytest.raises(BackendUnavailableError, match=rf"https://127\.0\.0\.1:{port} does not answer.*kubectl cluster-info"):
+    with pytest.raises(
+        BackendUnavailableError, match=rf"https://127\.0\.0\.1:{port} does not answer.*kubectl cluster-info"
+    ):
         KubernetesBackend().preflight(kube_spec())
 
 
@@ -95,7 +105,11 @@ def test_operator_crds_missing_says_how_to_install_the_operator() -> None:
     error = server_error(404, status(404, "NotFound", "the server could not find the requested resource"))
     translated = translate_api_error(error, "team-risk", "create DaskCluster 'risk' in namespace 'team-risk'")
     assert isinstance(translated, BackendUnavailableError)
-    assert "operator" in str(translated) and "helm install" in str(translated) and "dask-kubernetes-operator" in str(translated)
+    assert (
+        "operator" in str(translated)
+        and "helm install" in str(translated)
+        and "dask-kubernetes-operator" in str(translated)
+    )
 
 
 def test_a_missing_namespace_is_not_mistaken_for_a_missing_operator() -> None:
@@ -107,7 +121,8 @@ def test_a_missing_namespace_is_not_mistaken_for_a_missing_operator() -> None:
 
 def test_a_forbidden_namespace_names_the_user_and_the_namespace() -> None:
     body = status(
-        403, "Forbidden",
+        403,
+        "Forbidden",
         'daskclusters.kubernetes.dask.org is forbidden: User "alice@example.com" cannot create resource "daskclusters" '
         'in API group "kubernetes.dask.org" in the namespace "team-pricing"',
         {"group": "kubernetes.dask.org", "kind": "daskclusters"},
@@ -119,8 +134,12 @@ def test_a_forbidden_namespace_names_the_user_and_the_namespace() -> None:
 
 
 def test_an_existing_daskcluster_of_the_same_name_is_a_conflict() -> None:
-    body = status(409, "AlreadyExists", 'daskclusters.kubernetes.dask.org "risk" already exists',
-                  {"name": "risk", "group": "kubernetes.dask.org", "kind": "daskclusters"})
+    body = status(
+        409,
+        "AlreadyExists",
+        'daskclusters.kubernetes.dask.org "risk" already exists',
+        {"name": "risk", "group": "kubernetes.dask.org", "kind": "daskclusters"},
+    )
     translated = translate_api_error(server_error(409, body), "team-risk", "create DaskCluster 'risk'")
     assert isinstance(translated, ConflictError)
     assert "pick another name," in str(translated) and "kubectl -n team-risk delete daskcluster" in str(translated)
@@ -128,8 +147,12 @@ def test_an_existing_daskcluster_of_the_same_name_is_a_conflict() -> None:
 
 
 def test_a_rejected_manifest_points_at_dry_run() -> None:
-    body = status(422, "Invalid", 'DaskCluster.kubernetes.dask.org "risk" is invalid: spec.worker.replicas: Invalid value: '
-                  '"string": spec.worker.replicas in body must be of type integer: "string"')
+    body = status(
+        422,
+        "Invalid",
+        'DaskCluster.kubernetes.dask.org "risk" is invalid: spec.worker.replicas: Invalid value: '
+        '"string": spec.worker.replicas in body must be of type integer: "string"',
+    )
     translated = translate_api_error(server_error(422, body), "team-risk", "create DaskCluster 'risk'")
     assert isinstance(translated, PoolStartError) and "render_manifests(spec)" in str(translated)
     assert "(see it with --dry-run)" in translated.phrase(Surface.MAGIC) and "--dry-run" not in str(translated)
@@ -139,17 +162,32 @@ def test_a_rejected_manifest_points_at_dry_run() -> None:
 def pending_pod(name: str, selector: dict[str, str], message: str | None = None, waiting: dict | None = None) -> dict:
     conditions = []
     if message:
-        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-                           "lastTransitionTime": "2026-11-30T08:00:00Z"})
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": "2026-11-30T08:00:00Z",
+            }
+        )
     pod = {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "namespace": "team-risk", "uid": f"uid-{name}"},
         "spec": {"nodeSelector": selector, "containers": [{"name": "worker", "image": "pytorch/pytorch:2.0.1"}]},
         "status": {"phase": "Pending", "conditions": conditions, "qosClass": "Burstable"},
     }
     if waiting:
-        pod["status"]["containerStatuses"] = [{"name": "worker", "image": "pytorch/pytorch:nope", "ready": False,
-                                               "restartCount": 0, "state": {"waiting": waiting}}]
+        pod["status"]["containerStatuses"] = [
+            {
+                "name": "worker",
+                "image": "pytorch/pytorch:nope",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"waiting": waiting},
+            }
+        ]
     return pod
 
 
@@ -162,7 +200,10 @@ SELECTOR_MISS = (
 def test_pods_pending_for_a_missing_gpu_product_say_how_many_nodes_have_it() -> None:
     spot = {"nvidia.com/gpu.product": A100, "cloud.google.com/gke-spot": "true"}
     pods = [pending_pod(f"risk-spot-worker-{i}", spot, SELECTOR_MISS) for i in range(6)]
-    assert explain_pending(pods, []) == f"6 pods Pending: 0/12 nodes have nvidia.com/gpu.product={A100},cloud.google.com/gke-spot=true"
+    assert (
+        explain_pending(pods, [])
+        == f"6 pods Pending: 0/12 nodes have nvidia.com/gpu.product={A100},cloud.google.com/gke-spot=true"
+    )
 
 
 def test_no_free_gpu_hints_at_the_device_plugin_and_names_untolerated_taints() -> None:
@@ -177,7 +218,9 @@ def test_no_free_gpu_hints_at_the_device_plugin_and_names_untolerated_taints() -
 
 
 def test_nodes_with_the_product_but_no_free_gpu_are_counted() -> None:
-    message = "0/12 nodes are available: 4 node(s) didn't match Pod's node affinity/selector, 8 Insufficient nvidia.com/gpu."
+    message = (
+        "0/12 nodes are available: 4 node(s) didn't match Pod's node affinity/selector, 8 Insufficient nvidia.com/gpu."
+    )
     explained = explain_unschedulable(message, {"nvidia.com/gpu.product": A100})
     assert explained.startswith(f"8/12 nodes have nvidia.com/gpu.product={A100}; 8 node(s) lack a free nvidia.com/gpu")
 
@@ -193,11 +236,21 @@ def test_an_image_that_cannot_be_pulled_is_named() -> None:
 def test_the_reason_comes_from_events_when_the_pod_has_no_condition_yet() -> None:
     pod = pending_pod("risk-scheduler-7d9f", {"nvidia.com/gpu.product": A100})
     events = [
-        {"kind": "Event", "type": "Warning", "reason": "FailedScheduling", "message": SELECTOR_MISS,
-         "involvedObject": {"kind": "Pod", "name": "risk-scheduler-7d9f", "namespace": "team-risk"},
-         "lastTimestamp": "2026-11-30T08:00:05Z"},
-        {"kind": "Event", "type": "Warning", "reason": "FailedScheduling", "message": "0/1 nodes are available",
-         "involvedObject": {"kind": "Pod", "name": "someone-else", "namespace": "team-risk"}},
+        {
+            "kind": "Event",
+            "type": "Warning",
+            "reason": "FailedScheduling",
+            "message": SELECTOR_MISS,
+            "involvedObject": {"kind": "Pod", "name": "risk-scheduler-7d9f", "namespace": "team-risk"},
+            "lastTimestamp": "2026-11-30T08:00:05Z",
+        },
+        {
+            "kind": "Event",
+            "type": "Warning",
+            "reason": "FailedScheduling",
+            "message": "0/1 nodes are available",
+            "involvedObject": {"kind": "Pod", "name": "someone-else", "namespace": "team-risk"},
+        },
     ]
     assert explain_pending([pod], events) == f"1 pod Pending: 0/12 nodes have nvidia.com/gpu.product={A100}"
 
@@ -211,9 +264,17 @@ def test_running_pods_are_not_reported_as_pending() -> None:
 def test_a_preempted_spot_pod_is_recognised_and_a_healthy_one_is_not() -> None:
     preempted = pending_pod("risk-spot-worker-3", {})
     preempted["status"] = {
-        "phase": "Failed", "reason": "Terminated", "message": "Pod was terminated in response to imminent node shutdown.",
-        "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
-                        "message": "Pod was terminated in response to imminent node shutdown."}],
+        "phase": "Failed",
+        "reason": "Terminated",
+        "message": "Pod was terminated in response to imminent node shutdown.",
+        "conditions": [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "TerminationByKubelet",
+                "message": "Pod was terminated in response to imminent node shutdown.",
+            }
+        ],
     }
     assert disruption_of(preempted) == "TerminationByKubelet: Pod was terminated in response to imminent node shutdown."
     healthy = pending_pod("risk-spot-worker-4", {})

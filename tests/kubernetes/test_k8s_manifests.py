@@ -28,8 +28,14 @@ COUNTS_AND_FRACTIONS = list(itertools.product([1, 3, 8, 64], [0.0, 0.3, 0.7, 1.0
 
 def kube_spec(**overrides: object) -> PoolSpec:
     options = dict(
-        gpu_type="A100-80GB", count=8, spot_fraction=0.7, framework="PyTorch 2.0", idle_timeout=30,
-        backend="kubernetes", namespace="team-risk", name="risk",
+        gpu_type="A100-80GB",
+        count=8,
+        spot_fraction=0.7,
+        framework="PyTorch 2.0",
+        idle_timeout=30,
+        backend="kubernetes",
+        namespace="team-risk",
+        name="risk",
     )
     options.update(overrides)
     return PoolSpec.create(**options)
@@ -95,7 +101,9 @@ def test_spot_workers_select_spot_nodes_and_the_rest_stay_off_them() -> None:
         for key, value in preset.node_selector.items():
             assert spot_pod["nodeSelector"][key] == value, preset_name
             terms = on_demand_pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-            assert {"key": key, "operator": "NotIn", "values": [value]} in terms["nodeSelectorTerms"][0]["matchExpressions"]
+            assert {"key": key, "operator": "NotIn", "values": [value]} in terms["nodeSelectorTerms"][0][
+                "matchExpressions"
+            ]
             assert key not in on_demand_pod["nodeSelector"]
         for toleration in preset.tolerations:
             assert toleration in spot_pod["tolerations"], preset_name

@@ -36,8 +36,10 @@ def test_launch_list_use_stop_leaves_no_worker_process(kernel: KernelSession, is
     launched = kernel.run("pool = %gpugeek_launch --gpu-type cpu --count 2 --name dev\nprint(pool.status.value)")
     assert launched.error is None, launched.text
     assert "ready" in launched.stdout
-    assert any("2/2 workers ready" in d.get("text/plain", "") or "application/vnd.jupyter.widget-view+json" in d
-               for d in launched.displays)
+    assert any(
+        "2/2 workers ready" in d.get("text/plain", "") or "application/vnd.jupyter.widget-view+json" in d
+        for d in launched.displays
+    )
     registry = Registry(isolated_registry)
     pids = _worker_pids(registry, "dev")
     assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)
@@ -101,7 +103,9 @@ def test_invalid_option_is_one_line_usage_error_and_creates_nothing(
 def test_killed_kernel_leaves_no_pool_process_and_the_pool_is_lost(isolated_registry: Path) -> None:
     session = KernelSession(env={"GPUGEEK_REGISTRY": str(isolated_registry), "GPUGEEK_HEARTBEAT": "0.5"})
     try:
-        result = session.run("%load_ext gpugeek_jupyter\n%gpugeek_launch --gpu-type cpu --count 2 --name doomed --quiet")
+        result = session.run(
+            "%load_ext gpugeek_jupyter\n%gpugeek_launch --gpu-type cpu --count 2 --name doomed --quiet"
+        )
         assert result.error is None, result.text
         registry = Registry(isolated_registry)
         pids = _worker_pids(registry, "doomed")
@@ -141,7 +145,9 @@ def test_a_pool_card_shows_its_pool_stopped_and_leaves_no_plugin_behind(kernel: 
     )
     assert launched.error is None, launched.text
     assert launched.stdout.strip().endswith("2")  # one plugin per card, whatever else launched before
-    stopped = kernel.run(f"%gpugeek_stop card-a\n%gpugeek_stop card-b\nprint({cards})\n"
-                         "print([u.card.text.split()[:2] for u in updaters])")
+    stopped = kernel.run(
+        f"%gpugeek_stop card-a\n%gpugeek_stop card-b\nprint({cards})\n"
+        "print([u.card.text.split()[:2] for u in updaters])"
+    )
     assert stopped.error is None, stopped.text
     assert stopped.stdout.strip().splitlines()[-2:] == ["[]", "[['card-a', 'stopped'], ['card-b', 'stopped']]"]

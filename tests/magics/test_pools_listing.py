@@ -27,7 +27,9 @@ def pool_at(name: str, at: float, ended_at: float | None = None) -> None:
     registry = Registry(get_registry().path, clock=lambda: at)
     record = registry.add_pool(name, "local", {"gpu_type": "cpu", "count": 1}, {}, owner="kernel 1")
     if ended_at is not None:
-        Registry(get_registry().path, clock=lambda: ended_at).set_pool_status(record.id, PoolStatus.STOPPED, reason="done")
+        Registry(get_registry().path, clock=lambda: ended_at).set_pool_status(
+            record.id, PoolStatus.STOPPED, reason="done"
+        )
 
 
 @pytest.fixture
@@ -38,7 +40,9 @@ def history() -> None:
     pool_at("running", now)
 
 
-def test_the_table_shows_live_pools_and_those_that_ended_in_the_last_day(shell: InteractiveShell, history: None) -> None:
+def test_the_table_shows_live_pools_and_those_that_ended_in_the_last_day(
+    shell: InteractiveShell, history: None
+) -> None:
     table = shell.run_line_magic("gpugeek_pools", "")
     assert list(table["name"]) == ["this-morning", "running"]
 

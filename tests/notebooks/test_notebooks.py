@@ -26,8 +26,9 @@ CELL_TIMEOUT_S = 180  # per cell; under the test's own limit, so that a stuck ce
 def test_notebook_runs_top_to_bottom_without_errors(path: Path, tmp_path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{path.name} is stored with outputs"
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(
+        nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     try:
         client.execute()  # raises CellExecutionError naming the cell that failed
     except CellTimeoutError as e:  # it names the cell; add what the notebook printed last

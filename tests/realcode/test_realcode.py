@@ -36,8 +36,18 @@ pytestmark = pytest.mark.slow
 
 _FINAL_LOSS = re.compile(r"^FINAL_LOSS=(\S+)$", re.MULTILINE)
 # What a launcher sets for its ranks; none of it may leak from this process into torchrun's.
-_LAUNCHER_VARS = ("OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE",
-                  "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE")
+_LAUNCHER_VARS = (
+    "OMP_NUM_THREADS",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+)
 
 
 def final_loss(text: str) -> float:
@@ -54,8 +64,9 @@ def torchrun(script: Path, args: list[str], cwd: Path) -> tuple[list[int], str, 
     launcher = Path(sys.executable).with_name("torchrun")
     command = [str(launcher), "--nproc_per_node=2", f"--master-port={free_port()}", str(script), *args]
     started = time.monotonic()
-    done = subprocess.run(command, check=False, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=TORCHRUN_TIMEOUT)
+    done = subprocess.run(
+        command, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=TORCHRUN_TIMEOUT
+    )
     seconds = time.monotonic() - started
     assert done.returncode == 0, f"torchrun failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
     return [0, 0], done.stdout, seconds  # torchrun exits 0 only when every rank did
@@ -94,7 +105,7 @@ def test_lightning_fabric_trains_as_under_torchrun(pool: Any, in_tmp: Path) -> N
 
 
 # A notebook: a first cell of imports and a data helper, then the training cell run on every rank.
-SETUP_CELL = '''\
+SETUP_CELL = """\
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -106,9 +117,9 @@ def synthetic_regression(size=256, features=16):
     x = torch.randn(size, features, generator=generator)
     y = x @ torch.randn(features, 1, generator=generator) + 0.1 * torch.randn(size, 1, generator=generator)
     return TensorDataset(x, y)
-'''
+"""
 
-TRAINING_CELL = '''\
+TRAINING_CELL = """\
 torch.manual_seed(0)
 dataset = synthetic_regression()
 sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
@@ -130,7 +141,7 @@ for epoch in range(3):
 if rank == 0:
     print(f"FINAL_LOSS={final_loss:.10g}", flush=True)
 final_loss
-'''
+"""
 
 
 def test_ddp_dataloader_cell_trains_as_the_same_code_under_torchrun(pool: Any, in_tmp: Path) -> None:

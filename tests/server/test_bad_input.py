@@ -198,4 +198,3 @@ async def test_stopping_names_that_were_never_pools_is_404_with_a_message(server
         assert reply["message"]
 
     await run_off_loop(check)
-

@@ -116,7 +116,9 @@ def test_job_costs_the_pool_workers_only_while_it_ran(registry: Registry, clock:
     registry.set_job_status("job-2", JobStatus.SUCCEEDED)
     clock.now = START + 3000.0
     registry.heartbeat([record.id])
-    model = make_job_model(registry.job(job.id), job_usd(registry, registry.job(job.id), clock.now, LOST_AFTER), clock.now)
+    model = make_job_model(
+        registry.job(job.id), job_usd(registry, registry.job(job.id), clock.now, LOST_AFTER), clock.now
+    )
     assert model["usd"] == pytest.approx(0.25 * (record.prices["spot"] + record.prices["on_demand"]), rel=1e-6)
     assert (model["duration_s"], model["status"], model["ranks"]) == (900.0, "succeeded", 2)
 

@@ -28,8 +28,9 @@ def add_pool(name: str, at: float | None = None, namespace: str | None = None, r
     when = time.time() if at is None else at
     registry = registry or Registry(get_registry().path, clock=lambda: when)
     spec = PoolSpec.create(gpu_type="cpu", count=1, backend="local", name=name)
-    record = registry.add_pool(spec.name, spec.backend, spec.to_dict(), prices_in_force(spec), owner="kernel 1",
-                               namespace=namespace)
+    record = registry.add_pool(
+        spec.name, spec.backend, spec.to_dict(), prices_in_force(spec), owner="kernel 1", namespace=namespace
+    )
     registry.open_worker_interval(record.id, "0", "on_demand")
     registry.set_pool_status(record.id, PoolStatus.READY, scheduler_address="tcp://127.0.0.1:9")
     return record.id
@@ -163,7 +164,9 @@ def test_an_ended_pools_cost_is_computed_once_until_its_data_volumes_change(
     add_pool("running")
     priced: list[str] = []
     pool_cost = service_module.pool_cost
-    monkeypatch.setattr(service_module, "pool_cost", lambda r, record, *a: priced.append(record.name) or pool_cost(r, record, *a))
+    monkeypatch.setattr(
+        service_module, "pool_cost", lambda r, record, *a: priced.append(record.name) or pool_cost(r, record, *a)
+    )
     service = bare_service(registry)
     first = service.list_pools()
     again = service.list_pools()

@@ -45,7 +45,9 @@ def registered_pool(
 
 
 @pytest.mark.parametrize(("method", "parts"), ROUTES, ids=[f"{m} {'/'.join(p)}" for m, p in ROUTES])
-async def test_every_route_refuses_a_request_without_credentials(api: Fetch, method: str, parts: tuple[str, ...]) -> None:
+async def test_every_route_refuses_a_request_without_credentials(
+    api: Fetch, method: str, parts: tuple[str, ...]
+) -> None:
     status, body = await api(method, *parts, body={} if method == "POST" else None, headers={"Authorization": ""})
     assert status == 403
     assert "token" in body["message"] or "_xsrf" in body["message"]  # a write without credentials fails XSRF first
@@ -133,7 +135,9 @@ async def test_jobs_are_listed_and_fetched_by_id(api: Fetch) -> None:
     assert [j["id"] for j in listed["jobs"]] == ["job-7"]
     status, one = await api("GET", "jobs", "job-7")
     assert status == 200
-    assert one["job"]["pool"] == "busy" and one["job"]["hyperparams"] == {"lr": 0.01} and one["job"]["status"] == "running"
+    assert (
+        one["job"]["pool"] == "busy" and one["job"]["hyperparams"] == {"lr": 0.01} and one["job"]["status"] == "running"
+    )
     assert one["job"]["usd"] >= 0
 
 
@@ -231,7 +235,13 @@ def test_error_reply_answers_each_error_class_with_its_http_status() -> None:
     assert len(classes) > 5
     for cls in classes:
         assert error_reply(cls("one line")) == (cls.http_status, {"message": "one line", "field": None})
-    assert error_reply(errors.SpecError("bad count", field="count")) == (400, {"message": "bad count", "field": "count"})
-    assert error_reply(web.HTTPError(403, "%s", "'_xsrf' missing")) == (403, {"message": "'_xsrf' missing", "field": None})
+    assert error_reply(errors.SpecError("bad count", field="count")) == (
+        400,
+        {"message": "bad count", "field": "count"},
+    )
+    assert error_reply(web.HTTPError(403, "%s", "'_xsrf' missing")) == (
+        403,
+        {"message": "'_xsrf' missing", "field": None},
+    )
     status, reply = error_reply(KeyError("spec"))
     assert status == 500 and "KeyError" in reply["message"]

@@ -33,9 +33,20 @@ class RunningServer:
         env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config_dir), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
         self.log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", "--allow-root", "--no-browser", f"--port={self.port}",
-             "--port-retries=0", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={tmp_path}"],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "jupyter_server",
+                "--allow-root",
+                "--no-browser",
+                f"--port={self.port}",
+                "--port-retries=0",
+                f"--IdentityProvider.token={TOKEN}",
+                f"--ServerApp.root_dir={tmp_path}",
+            ],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         self.log_path = tmp_path / "server.log"
 

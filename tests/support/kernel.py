@@ -78,7 +78,11 @@ class KernelSession:
             elif kind in ("display_data", "execute_result", "update_display_data"):
                 result.displays.append(content["data"])
             elif kind == "error":
-                result.error = {"ename": content["ename"], "evalue": content["evalue"], "traceback": content["traceback"]}
+                result.error = {
+                    "ename": content["ename"],
+                    "evalue": content["evalue"],
+                    "traceback": content["traceback"],
+                }
             elif kind == "status" and content["execution_state"] == "idle":
                 return result
 

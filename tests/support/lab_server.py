@@ -67,7 +67,9 @@ class LabServer:
         HTTP status and the decoded answer, also for error statuses. ``token`` overrides the server's."""
         data = None if body is None else (body if isinstance(body, str) else json.dumps(body)).encode()
         request = urllib.request.Request(
-            f"{self.url}/{path.lstrip('/')}", method=method, data=data,
+            f"{self.url}/{path.lstrip('/')}",
+            method=method,
+            data=data,
             headers={"Authorization": f"token {token or self.token}", "Content-Type": "application/json"},
         )
         try:
@@ -92,7 +94,9 @@ class LabServer:
             except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
                 last_error = e
             time.sleep(0.2)
-        raise TimeoutError(f"jupyter lab did not answer /api/status within {timeout:.0f} s ({last_error}):\n{self.log_tail()}")
+        raise TimeoutError(
+            f"jupyter lab did not answer /api/status within {timeout:.0f} s ({last_error}):\n{self.log_tail()}"
+        )
 
     def children(self) -> list[psutil.Process]:
         """The server's descendants now (kernels, pool workers), remembered for ``stop``."""

@@ -56,8 +56,15 @@ def main() -> None:
         save_strategy="no",
         disable_tqdm=True,
     )
-    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=32, num_labels=2)
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        num_labels=2,
+    )
     torch.manual_seed(0)
     model = BertForSequenceClassification(config)
     trainer = Trainer(model=model, args=training_args, train_dataset=SyntheticTokens())

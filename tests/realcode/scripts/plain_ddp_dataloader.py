@@ -56,8 +56,9 @@ def main() -> None:
     loss_fn = nn.MSELoss()
 
     first = DataLoader(dataset, batch_size=args.batch_size, num_workers=2, sampler=sampler)
-    persistent = DataLoader(dataset, batch_size=args.batch_size, num_workers=2, sampler=sampler,
-                            persistent_workers=True)
+    persistent = DataLoader(
+        dataset, batch_size=args.batch_size, num_workers=2, sampler=sampler, persistent_workers=True
+    )
     epoch_loss = torch.zeros(1)
     for epoch in range(args.epochs):
         loader = first if epoch == 0 else persistent
