@@ -24,7 +24,6 @@ import asyncio
 import builtins
 import contextlib
 import ctypes
-import functools
 import importlib
 import linecache
 import logging
@@ -143,11 +142,22 @@ async def run_rank(job_blob: bytes, dask_worker: Any = None) -> RankOutcome:
     slot = _runtime.slot
     early = None
     if slot is None or _runtime.generation != job.generation:
-        early = RankOutcome(rank=slot.rank if slot else -1, status="stale", exit_code=None, pid=os.getpid(),
-                            error="the process group was rebuilt since")
+        early = RankOutcome(
+            rank=slot.rank if slot else -1,
+            status="stale",
+            exit_code=None,
+            pid=os.getpid(),
+            error="the process group was rebuilt since",
+        )
     elif _runtime.busy():
-        early = RankOutcome(rank=slot.rank, status="busy", exit_code=None, pid=os.getpid(), host=slot.host,
-                            error="a previous job is still running on this worker")
+        early = RankOutcome(
+            rank=slot.rank,
+            status="busy",
+            exit_code=None,
+            pid=os.getpid(),
+            host=slot.host,
+            error="a previous job is still running on this worker",
+        )
     if early is not None:
         _report_end(dask_worker, job, early)
         return early
@@ -207,7 +217,9 @@ def _serve() -> None:
 
 def _report_end(worker: Any, job: RankJob, outcome: RankOutcome) -> None:
     try:
-        worker.log_event(OUTPUT_TOPIC, {"job": job.job_id, "launch": job.launch, "rank": outcome.rank, "ended": outcome.status})
+        worker.log_event(
+            OUTPUT_TOPIC, {"job": job.job_id, "launch": job.launch, "rank": outcome.rank, "ended": outcome.status}
+        )
     except Exception as e:  # the answer still carries it
         log.info("could not report the end of rank %d early: %s", outcome.rank, e)
 
@@ -245,8 +257,9 @@ def kill_rank(launch: str | None, dask_worker: Any = None) -> bool:
     if not _running(active, launch):
         return False
     assert active is not None
-    log.warning("job %s: rank %d did not stop when cancelled; ending worker process %d",
-                active.job_id, active.rank, os.getpid())
+    log.warning(
+        "job %s: rank %d did not stop when cancelled; ending worker process %d", active.job_id, active.rank, os.getpid()
+    )
     children.end_all_children("its worker is ended")
     if dask_worker is not None:
         dask_worker.loop.call_later(0.05, os._exit, EXIT_CODE_KILLED)
@@ -256,7 +269,9 @@ def kill_rank(launch: str | None, dask_worker: Any = None) -> bool:
 
 
 # -- the rank's thread ------------------------------------------------------------------------------
-def _execute(job: RankJob, slot: RankSlot, cuda_visible: str | None, active: _ActiveJob, forwarder: Forwarder) -> RankOutcome:
+def _execute(
+    job: RankJob, slot: RankSlot, cuda_visible: str | None, active: _ActiveJob, forwarder: Forwarder
+) -> RankOutcome:
     started = time.monotonic()
     outcome = RankOutcome(rank=slot.rank, status="ok", pid=os.getpid(), host=slot.host)
     env = build_worker_env(
@@ -455,7 +470,9 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob) 
     device = _device(slot)
     _register_sources({code.filename: code.source, **code.sources})
     body, last = compile_cell(code.source, code.filename)
-    helpers = Helpers(rank=slot.rank, world_size=slot.world_size, local_rank=slot.local_rank, device=device, amp=job.amp)
+    helpers = Helpers(
+        rank=slot.rank, world_size=slot.world_size, local_rank=slot.local_rank, device=device, amp=job.amp
+    )
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     with _user_code(active):
         _ensure_group(job, device)
@@ -477,9 +494,13 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob) 
         ) from e
 
 
-@functools.lru_cache(maxsize=64)  # a cell run again (a training loop's next epoch) is compiled once
 def compile_cell(source: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:
-    """The cell's statements, and its last expression separately when it ends with one."""
+    """The cell's statements, and its last expression separately when it ends with one.
+
+    Compiled anew at every run, as IPython compiles a notebook cell: code objects reused with a
+    fresh namespace would meet torch.compile's per-code-object cache, whose compiled function was
+    installed in the first run's globals (``NameError: __compiled_fn_...`` on the second run).
+    """
     import ast
 
     tree = ast.parse(source, filename=filename)
