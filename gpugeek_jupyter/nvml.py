@@ -1,6 +1,9 @@
 """What NVML says about this machine's GPUs; "no GPU" is an answer, not an error.
 
-Shared by the local backend (which GPUs can a pool use) and telemetry (what to sample).
+:func:`discover_gpus` is the one place that opens NVML in the launching process (the local backend:
+which GPUs can a pool use; tests: is there a GPU). On workers only the telemetry reader opens it
+(:mod:`gpugeek_jupyter.telemetry._nvml_reader`), sharing :func:`nvml_failure_reason`. Which of the
+GPUs a process may use is :mod:`gpugeek_jupyter.devices`'s business.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class GpuDevice:
+    """One GPU as NVML lists it (``index`` in NVML's PCI bus order)."""
+
     index: int
     name: str
     uuid: str
@@ -21,10 +26,13 @@ class GpuDevice:
 
 @dataclass(frozen=True)
 class GpuDiscovery:
+    """The GPUs found, or why there are none."""
+
     devices: tuple[GpuDevice, ...]
     reason: str | None  # why there are no devices, when there are none
 
     def describe(self) -> str:
+        """E.g. '2 x NVIDIA H100 80GB HBM3', or 'no NVIDIA GPU (NVML library not found ...)'."""
         if not self.devices:
             return f"no NVIDIA GPU ({self.reason})"
         names: dict[str, int] = {}

@@ -4,7 +4,8 @@
 (``get_pool_manager()`` does it for every process). Each heartbeat period, for each pool this process
 owns, on that pool's housekeeping thread (never on the manager's liveness beat):
 
-1. :class:`~gpugeek_jupyter.cost.usage.UtilizationRecorder` writes a utilization sample;
+1. :class:`~gpugeek_jupyter.cost.usage.UtilizationRecorder` writes a utilization sample from the
+   telemetry this process has collected (no call to the workers; without telemetry, no samples);
 2. :class:`BudgetGuard`: at 80 % of ``--budget`` it records a ``budget-warning`` event and posts
    one notice (the plugins' ``notice`` hook); at 100 % it records ``budget-stop`` and stops the pool.
    The stop runs the plugins' ``before_stop`` hook first (the jobs module ends the running job there, even
@@ -12,7 +13,8 @@ owns, on that pool's housekeeping thread (never on the manager's liveness beat):
    budget by at most one heartbeat's worth (``GpugeekConfig.heartbeat_seconds`` x USD per hour);
 3. :class:`IdleGuard`: a pool with no job pending or running whose utilization stayed under 5 %
    for ``--idle-timeout`` minutes (default ``GpugeekConfig.idle_timeout_minutes``; 0 = never)
-   records ``idle-stop``, stops itself and posts a notice.
+   records ``idle-stop``, stops itself and posts a notice. It needs telemetry: with
+   ``telemetry_period_seconds <= 0`` there are no samples and a pool is never seen idle.
 
 State lives in the registry (events, samples), so a watcher decides the same way after a restart.
 """

@@ -13,9 +13,13 @@ ranks of one host are contiguous, exactly like ``torchrun`` started once per nod
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from ..devices import cuda_visible_devices
+
+__all__ = ["Layout", "RankSlot", "WorkerInfo", "cuda_visible_devices", "plan_layout", "workers_from_scheduler_info"]
 
 
 @dataclass(frozen=True)
@@ -111,18 +115,3 @@ def workers_from_scheduler_info(workers: dict[str, dict[str, Any]]) -> list[Work
 def _host_of(address: str) -> str:
     hostport = address.split("://", 1)[-1]
     return hostport.rsplit(":", 1)[0].strip("[]")
-
-
-def cuda_visible_devices(own_gpus_by_local_rank: Sequence[str | None]) -> str | None:
-    """``CUDA_VISIBLE_DEVICES`` for every rank of one host, so that ``cuda:LOCAL_RANK`` is the rank's GPU.
-
-    Each GPU worker owns one GPU (dask-cuda lists it first in the worker's ``CUDA_VISIBLE_DEVICES``).
-    torchrun ranks see all of the host's GPUs and pick ``cuda:LOCAL_RANK``; listing the owned GPUs in
-    local-rank order gives the same contract. None when the host has no GPU workers.
-
-    >>> cuda_visible_devices(["2", "3", "0"])
-    '2,3,0'
-    """
-    if not own_gpus_by_local_rank or any(g is None for g in own_gpus_by_local_rank):
-        return None
-    return ",".join(str(g) for g in own_gpus_by_local_rank)

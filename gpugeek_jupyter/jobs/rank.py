@@ -414,10 +414,11 @@ def _async_raise(thread_id: int, exc_type: type[BaseException]) -> None:
 
 
 def _own_gpu() -> str | None:
-    """The GPU this worker owns: dask-cuda lists it first in the worker's CUDA_VISIBLE_DEVICES."""
+    """The GPU this worker owns (:func:`gpugeek_jupyter.devices.own_gpu`), as the worker started: jobs change the environment."""
+    from ..devices import initial_environ, own_gpu
+
     if _runtime.own_gpu is None:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-        _runtime.own_gpu = visible.split(",")[0].strip() if visible else ""
+        _runtime.own_gpu = own_gpu(initial_environ()) or ""
     return _runtime.own_gpu or None
 
 

@@ -1,7 +1,8 @@
 """The ``local`` backend: a real dask ``LocalCluster`` on this machine.
 
 One single-threaded worker process per rank for ``cpu``; dask-cuda's ``LocalCUDACluster`` (one worker
-per GPU) when NVML finds GPUs of the asked type. Everything binds to loopback unless configured.
+per GPU) when NVML finds GPUs of the asked type among those this process's ``CUDA_VISIBLE_DEVICES``
+allows (see :mod:`gpugeek_jupyter.devices`). Everything binds to loopback unless configured.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..catalog import load_catalog
 from ..config import get_config
+from ..devices import VARIABLE, format_visible_devices, select_visible
 from ..errors import BackendUnavailableError, Phrase, PoolStartError, Setting
-from ..nvml import discover_gpus
+from ..nvml import GpuDevice, GpuDiscovery, discover_gpus
 from ._backend import ProgressCallback, RunningCluster, wait_for_workers
 from .worker_origin import use_forkserver
 
@@ -86,6 +88,14 @@ def keeping_lost_workers(cluster_class: type) -> type:
     return PoolCluster
 
 
+def _describe_usable(found: GpuDiscovery, usable: list[GpuDevice]) -> str:
+    """What NVML found, and what of it ``CUDA_VISIBLE_DEVICES`` leaves when it hides some."""
+    if len(usable) == len(found.devices):
+        return found.describe()
+    left = GpuDiscovery(tuple(usable), None).describe() if usable else "none"
+    return f"{found.describe()}, of which {VARIABLE}='{os.environ.get(VARIABLE, '')}' leaves {left}"
+
+
 class LocalBackend:
     name = "local"
 
@@ -98,7 +108,8 @@ class LocalBackend:
         """CUDA_VISIBLE_DEVICES for the pool; BackendUnavailableError listing what is here otherwise."""
         gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
         found = discover_gpus()
-        matching = [d for d in found.devices if gpu.matches_nvml_name(d.name)]
+        usable = select_visible(found.devices)  # this process's CUDA_VISIBLE_DEVICES binds its pools too
+        matching = [d for d in usable if gpu.matches_nvml_name(d.name)]
         if len(matching) < spec.count:
             raise BackendUnavailableError(
                 Phrase(
@@ -107,13 +118,13 @@ class LocalBackend:
                     asked=Setting(gpu_type=spec.gpu_type, count=spec.count),
                     count=str(spec.count),
                     gpu=spec.gpu_type,
-                    found=found.describe(),
+                    found=_describe_usable(found, usable),
                     cpu=Setting(gpu_type="cpu"),
                     kubernetes=Setting(backend="kubernetes"),
                     address=Setting(backend="address"),
                 )
             )
-        return ",".join(str(d.index) for d in matching[: spec.count])
+        return format_visible_devices(d.index for d in matching[: spec.count])
 
     def start(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
         gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)

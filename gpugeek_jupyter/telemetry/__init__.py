@@ -4,11 +4,15 @@ A :class:`~._worker.TelemetryPlugin` (a dask ``WorkerPlugin``, registered with t
 pool is launched, so restarted and late workers get it too) samples on its own thread every
 ``GpugeekConfig.telemetry_period_seconds`` (default 1 s; 0 or less turns telemetry off): per GPU the
 ``nvidia-smi dmon`` fields read through NVML (``import pynvml``), plus the worker process's own GPU
-memory, CPU % and RSS. Without a usable GPU the rows carry the reason (``no_gpu_reason``, e.g.
-"NVML library not found ...") and CPU figures; nothing raises and nothing is logged as an error.
+memory, CPU % (with the part spent by dask's own machinery apart, ``overhead_cpu_pct``) and RSS.
+Without a usable GPU the rows carry the reason (``no_gpu_reason``, e.g. "NVML library not found ...")
+and CPU figures; nothing raises and nothing is logged as an error. It is the only sampler on the
+workers: the cost's utilization rows (idle shutdown, idle spend) are computed from these samples by
+:mod:`gpugeek_jupyter.cost.usage`, so with telemetry off a pool has neither.
 
 In the notebook a :class:`~._feed.TelemetryFeed` per pool collects the samples over dask's own
-channel (``client.run``) into a ring buffer (the last hour, at most a million rows).
+channel (``client.run``) into a ring buffer (the last hour, at most a million rows);
+:func:`feed_for` gives it to readers in this process.
 
 Public functions, all safe to call from any thread, none of which raises for a missing GPU:
 
@@ -79,7 +83,12 @@ def _register(pool: Pool, period: float, replace: bool) -> None:
     answers = pool.client.register_plugin(plugin, name=PLUGIN_NAME) or {}
     for address, answer in answers.items():
         if isinstance(answer, dict) and answer.get("status") not in (None, "OK"):
-            log.warning("pool %s: telemetry sampler did not start on %s: %s", pool.name, address, answer.get("exception", answer))
+            log.warning(
+                "pool %s: telemetry sampler did not start on %s: %s",
+                pool.name,
+                address,
+                answer.get("exception", answer),
+            )
 
 
 def install(pool: Pool, period: float | None = None) -> TelemetryFeed | None:
@@ -218,9 +227,7 @@ def latest_from_workers(client: Any, timeout: float = 5.0) -> tuple[list[dict[st
             continue
         batches.append(columns_from_rows(answer["rows"], address, answer["name"], answer["host"]))
     columns = latest_rows(concat_columns(batches))
-    rows = [
-        {name: _json_value(columns[name][i]) for name in COLUMNS} for i in range(len(columns["time"]))
-    ]
+    rows = [{name: _json_value(columns[name][i]) for name in COLUMNS} for i in range(len(columns["time"]))]
     return rows, None if rows else (", ".join(sorted(reasons)) or "no samples yet")
 
 

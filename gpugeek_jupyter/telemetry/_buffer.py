@@ -47,7 +47,9 @@ class RingBuffer:
 
     def _trim(self, newest: float) -> None:
         cutoff = newest - self.retention_seconds
-        while len(self._batches) > 1 and (self._batches[0][1] < cutoff or self._rows - len(self._batches[0][2]["time"]) >= self.max_rows):
+        while len(self._batches) > 1 and (
+            self._batches[0][1] < cutoff or self._rows - len(self._batches[0][2]["time"]) >= self.max_rows
+        ):
             _, _, old = self._batches.popleft()
             self._rows -= len(old["time"])
 

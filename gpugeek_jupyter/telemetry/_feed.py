@@ -2,7 +2,9 @@
 
 Every ``period`` seconds it calls :func:`~._worker.drain` on all workers with ``client.run`` (the
 same channel dask uses for diagnostics) and appends what came back. A worker that fails to answer
-is noted in :attr:`TelemetryFeed.workers` and skipped; the others carry on.
+is noted in :attr:`TelemetryFeed.workers` and skipped; the others carry on. Readers take what is
+new with ``feed.buffer.since(seq)`` (the live widget, the cost's utilization recorder) and never
+ask the workers themselves.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class WorkerTelemetry:
     address: str
     name: str = ""
     host: str = ""
+    nthreads: int = 0  # the worker's task threads (0: not said); a CPU worker is busy when all of them are
     token: str | None = None
     seq: int = 0
     samples_lost: int = 0
@@ -116,6 +119,7 @@ class TelemetryFeed:
                 continue
             worker.name = self._intern(answer["name"])
             worker.host = self._intern(answer["host"])
+            worker.nthreads = int(answer.get("nthreads") or worker.nthreads)
             if answer.get("missing"):
                 worker.problem = "the telemetry sampler is not running on this worker"
                 continue
@@ -141,4 +145,3 @@ class TelemetryFeed:
 
     def _intern(self, value: str) -> str:
         return self._strings.setdefault(value, value)
-

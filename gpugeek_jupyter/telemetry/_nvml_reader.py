@@ -1,6 +1,9 @@
 """Read the ``nvidia-smi dmon`` fields of this worker's GPUs through NVML (``import pynvml``).
 
-Runs on a worker's sampler thread, never on the thread that runs tasks. Nothing here raises:
+The one place that opens NVML on a worker: the cost's utilization rows come from these samples too
+(:mod:`gpugeek_jupyter.cost.usage`). Which GPUs are this worker's is
+:func:`gpugeek_jupyter.devices.select_visible`'s answer. Runs on a worker's sampler thread, never on
+the thread that runs tasks. Nothing here raises:
 NVML missing or failing becomes :attr:`NvmlReader.reason` ("NVML library not found ..."), a field
 the device does not support becomes NaN, and any other failure becomes the row's ``error`` text.
 """
@@ -10,10 +13,11 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..devices import VARIABLE, select_visible, visible_devices
 from ..nvml import nvml_failure_reason
 
 log = logging.getLogger(__name__)
@@ -21,8 +25,8 @@ log = logging.getLogger(__name__)
 NAN = math.nan
 _ALL_LINKS = 0xFFFFFFFF  # NVML scope id: sum over every NVLink of the device
 
-# dask-cuda gives each worker a rotated CUDA_VISIBLE_DEVICES: its own GPU comes first, the others are
-# its peers'. "first" samples only that one, "visible" every listed GPU (all of them when unset).
+# "first" samples only the worker's own GPU (dask-cuda lists it first, see gpugeek_jupyter.devices),
+# "visible" every GPU that CUDA_VISIBLE_DEVICES lists (all of them when unset)
 GPU_SELECTIONS = ("visible", "first")
 
 
@@ -40,21 +44,17 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def visible_gpu_entries(environ: dict[str, str] | os._Environ[str] | None = None) -> list[str] | None:
-    """CUDA_VISIBLE_DEVICES as a list (None when unset: every GPU is visible)."""
-    value = (environ if environ is not None else os.environ).get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return None
-    return [entry.strip() for entry in value.split(",") if entry.strip()]
-
-
 class NvmlReader:
     """This worker's GPUs, opened once on the sampler thread; ``read()`` gives one row part per GPU."""
 
-    def __init__(self, selection: str = "visible") -> None:
+    def __init__(self, selection: str = "visible", environ: Mapping[str, str] | None = None) -> None:
+        """``environ``: where to read ``CUDA_VISIBLE_DEVICES`` (default: this process's environment, when opened)."""
         if selection not in GPU_SELECTIONS:
-            raise ValueError(f"GPU selection must be one of {', '.join(GPU_SELECTIONS)}, got '{selection}' (e.g. 'visible')")
+            raise ValueError(
+                f"GPU selection must be one of {', '.join(GPU_SELECTIONS)}, got '{selection}' (e.g. 'visible')"
+            )
         self.selection = selection
+        self.environ = environ
         self.reason: str | None = "NVML not opened yet"
         self.devices: list[_Device] = []
         self._nvml: Any = None
@@ -81,13 +81,11 @@ class NvmlReader:
             return
         if self.devices:
             self.reason = None
+        elif visible_devices(self.environ) is not None:
+            value = (os.environ if self.environ is None else self.environ).get(VARIABLE, "")
+            self.reason = f"no GPU visible to this worker ({VARIABLE}='{value}')"
         else:
-            entries = visible_gpu_entries()
-            self.reason = (
-                f"no GPU visible to this worker (CUDA_VISIBLE_DEVICES='{os.environ.get('CUDA_VISIBLE_DEVICES', '')}')"
-                if entries is not None
-                else "NVML found no devices"
-            )
+            self.reason = "NVML found no devices"
 
     def _open_devices(self, nvml: Any) -> list[_Device]:
         all_devices = []
@@ -96,23 +94,7 @@ class NvmlReader:
             all_devices.append(
                 _Device(index, handle, _text(nvml.nvmlDeviceGetName(handle)), _text(nvml.nvmlDeviceGetUUID(handle)))
             )
-        entries = visible_gpu_entries()
-        if entries is None:
-            chosen = all_devices
-        else:
-            chosen = [d for d in (self._match(entry, all_devices) for entry in entries) if d is not None]
-        return chosen[:1] if self.selection == "first" else chosen
-
-    @staticmethod
-    def _match(entry: str, devices: Iterable[_Device]) -> _Device | None:
-        # CUDA_VISIBLE_DEVICES holds indices (PCI bus order under CUDA_DEVICE_ORDER=PCI_BUS_ID, as
-        # dask-cuda sets it) or UUID prefixes
-        for device in devices:
-            if entry.isdigit() and int(entry) == device.index:
-                return device
-            if not entry.isdigit() and device.uuid.startswith(entry):
-                return device
-        return None
+        return select_visible(all_devices, self.environ, own_only=self.selection == "first")
 
     def close(self) -> None:
         if self._nvml is not None:
@@ -154,9 +136,7 @@ class NvmlReader:
         processes = optional("processes", nvml.nvmlDeviceGetComputeRunningProcesses)
         process_memory = NAN
         if processes is not None:
-            process_memory = float(
-                sum(int(p.usedGpuMemory or 0) for p in processes if int(p.pid) in pids)
-            )
+            process_memory = float(sum(int(p.usedGpuMemory or 0) for p in processes if int(p.pid) in pids))
         return (
             device.index,
             device.name,

@@ -7,6 +7,7 @@ the worker's identity (:data:`WORKER_FIELDS`) and keeps them as numpy columns. U
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,13 @@ SAMPLE_SCHEMA: tuple[tuple[str, str, str], ...] = (
     ("nvlink_rx_mb_s", "f", "NVLink receive, all links, MB/s (NaN where the device has no NVLink)"),
     ("nvlink_tx_mb_s", "f", "NVLink transmit, all links, MB/s (NaN where the device has no NVLink)"),
     ("process_gpu_mem_bytes", "f", "GPU memory held by the worker process and its child processes"),
-    ("cpu_pct", "f", "CPU % of the worker process and its children (100 = one core)"),
+    ("cpu_pct", "f", "CPU % of the worker process and its children since the previous sample (100 = one core)"),
+    (
+        "overhead_cpu_pct",
+        "f",
+        "the part of cpu_pct spent by the worker's own machinery, not by its work: dask's "
+        "event-loop thread (heartbeats, client.run calls such as this collection) and profiler, and this sampler",
+    ),
     ("rss_bytes", "f", "resident memory of the worker process and its children"),
     ("no_gpu_reason", "o", "why this row has no GPU (e.g. 'NVML library not found ...'), else None"),
     ("error", "o", "what could not be read in this sample, else None"),
@@ -53,6 +60,25 @@ STRING_COLUMNS: tuple[str, ...] = tuple(name for name, kind, _ in SCHEMA if kind
 _DTYPES = {"f": np.float64, "i": np.int64, "o": object}
 
 Columns = dict[str, np.ndarray]  # one batch of rows, column-wise
+
+
+_UNKNOWN = {"f": math.nan, "i": NO_GPU, "o": None}
+
+
+def sample_row(time: float, **fields: Any) -> tuple[Any, ...]:
+    """One row as a worker sends it (:data:`SAMPLE_FIELDS` order): ``time`` and ``fields`` by name,
+    every other field unknown (NaN, None; ``gpu`` is :data:`NO_GPU`).
+
+    >>> row = sample_row(1.8e9, cpu_pct=50.0)
+    >>> dict(zip(SAMPLE_FIELDS, row))["cpu_pct"], dict(zip(SAMPLE_FIELDS, row))["gpu"]
+    (50.0, -1)
+    """
+    unknown = set(fields) - set(SAMPLE_FIELDS)
+    if unknown:
+        raise ValueError(
+            f"not sample fields: {', '.join(sorted(unknown))} (e.g. sm_util_pct, cpu_pct; see SAMPLE_SCHEMA)"
+        )
+    return tuple(time if name == "time" else fields.get(name, _UNKNOWN[kind]) for name, kind, _ in SAMPLE_SCHEMA)
 
 
 def empty_columns() -> Columns:

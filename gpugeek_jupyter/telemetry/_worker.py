@@ -11,32 +11,61 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import os
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ..devices import initial_environ
 from ._nvml_reader import NvmlReader
 from ._process import ProcessReader
-from ._schema import NO_GPU
+from ._schema import sample_row
 
 log = logging.getLogger(__name__)
 
 PLUGIN_NAME = "gpugeek-telemetry"
-_NAN = math.nan
+SAMPLER_THREAD = "gpugeek-telemetry-sampler"
+
+
+# dask's statistical profiler: it samples every thread's stack every few milliseconds, all the time
+DASK_MACHINERY_THREADS = ("Profile",)
+
+
+def machinery_threads(loop_thread: int | None) -> set[int]:
+    """``threading`` idents of the threads that are the worker's own machinery, not its work: dask's
+    event-loop thread ``loop_thread`` (heartbeats, ``client.run`` calls, this plugin's collection),
+    its profiler, and this plugin's sampler. Asked on the sampler thread, once per sample.
+
+    Tasks run on the worker's executor threads and jobs on their rank thread: work. An ``async def``
+    task runs on the event loop and so counts as overhead (dask pools here run none).
+    """
+    ids = {t.ident for t in threading.enumerate() if t.name in DASK_MACHINERY_THREADS or t.name == SAMPLER_THREAD}
+    if loop_thread is not None:
+        ids.add(loop_thread)
+    return {i for i in ids if i is not None}
 
 
 class Sampler:
-    """Takes one sample: a row per GPU, or one CPU row when there is no GPU. Never raises."""
+    """Takes one sample: a row per GPU, or one CPU row when there is no GPU. Never raises.
 
-    def __init__(self, gpus: str = "visible", pid: int | None = None) -> None:
-        self.gpus = NvmlReader(gpus)
-        self.process = ProcessReader(pid)
+    ``environ`` is where the GPU reader finds ``CUDA_VISIBLE_DEVICES`` (default: this process's);
+    ``overhead_threads`` tells the process reader which threads are machinery (default: none).
+    """
+
+    def __init__(
+        self,
+        gpus: str = "visible",
+        pid: int | None = None,
+        environ: Mapping[str, str] | None = None,
+        overhead_threads: Callable[[], Collection[int]] | None = None,
+    ) -> None:
+        self.gpus = NvmlReader(gpus, environ)
+        self.process = ProcessReader(pid, overhead_threads=overhead_threads)
         self._warned: set[str] = set()
 
     def open(self) -> None:
@@ -52,19 +81,23 @@ class Sampler:
     def sample(self) -> list[tuple[Any, ...]]:
         now = time.time()
         try:
-            cpu, rss = self.process.read()
+            cpu, overhead, rss = self.process.read()
             if not self.gpus.devices:
-                return [(now, NO_GPU, None, None, *([_NAN] * 12), cpu, rss, self.gpus.reason, None)]
+                return [
+                    sample_row(
+                        now, cpu_pct=cpu, overhead_cpu_pct=overhead, rss_bytes=rss, no_gpu_reason=self.gpus.reason
+                    )
+                ]
             rows = []
             for reading in self.gpus.read(self.process.pids(), time.monotonic()):
-                rows.append((now, *reading[:-1], cpu, rss, None, reading[-1]))
+                rows.append((now, *reading[:-1], cpu, overhead, rss, None, reading[-1]))
                 if reading[-1]:
                     self._warn_once(f"GPU {reading[0]}: {reading[-1]}")
             return rows
         except Exception as e:  # a broken sample is reported in the data; the thread carries on
             message = f"sampler failed: {type(e).__name__}: {e}"
             self._warn_once(message)
-            return [(now, NO_GPU, None, None, *([_NAN] * 14), self.gpus.reason, message)]
+            return [sample_row(now, no_gpu_reason=self.gpus.reason, error=message)]
 
     def _warn_once(self, message: str) -> None:
         if message not in self._warned and len(self._warned) < 100:
@@ -74,19 +107,22 @@ class Sampler:
 
 class _SamplerThread(threading.Thread):
     def __init__(self, plugin: TelemetryPlugin) -> None:
-        super().__init__(name="gpugeek-telemetry-sampler", daemon=True)
+        super().__init__(name=SAMPLER_THREAD, daemon=True)
         self.plugin = plugin
         self.stopped = threading.Event()
 
     def run(self) -> None:
         plugin = self.plugin
-        sampler = Sampler(plugin.gpus)
+        loop_thread = plugin.loop_thread
+        sampler = Sampler(
+            plugin.gpus, environ=initial_environ(), overhead_threads=lambda: machinery_threads(loop_thread)
+        )
         sampler.open()
         plugin.reason = sampler.reason
         try:
             deadline = time.monotonic()
             while not self.stopped.is_set():
-                plugin.add(sampler.sample())
+                plugin.add(sampler.sample())  # the first at once: a pool shows its GPUs as soon as it is up
                 deadline += plugin.period
                 now = time.monotonic()
                 if deadline < now:  # we fell behind (a suspended process): skip, do not burst
@@ -121,6 +157,7 @@ class TelemetryPlugin(WorkerPlugin):
         self._seq = 0
         self._lock = threading.Lock()
         self._thread: _SamplerThread | None = None
+        self.loop_thread: int | None = None  # threading ident of the worker's event-loop thread, once set up
 
     def __getstate__(self) -> dict[str, Any]:  # only settings travel to the scheduler and workers
         return {"period": self.period, "keep": self.keep, "gpus": self.gpus, "idempotent": self.idempotent}
@@ -130,6 +167,7 @@ class TelemetryPlugin(WorkerPlugin):
         self._init_state()
 
     def setup(self, worker: Any) -> None:
+        self.loop_thread = threading.get_ident()  # dask calls setup on the worker's event loop
         self._thread = _SamplerThread(self)
         self._thread.start()
 
@@ -160,7 +198,12 @@ def drain(dask_worker: Any, since: dict[str, tuple[str, int]] | None = None) -> 
     ``since`` maps worker address -> (plugin token, last sequence number seen).
     """
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    answer: dict[str, Any] = {"name": str(dask_worker.name), "host": socket.gethostname(), "pid": os.getpid()}
+    answer: dict[str, Any] = {
+        "name": str(dask_worker.name),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "nthreads": int(getattr(dask_worker, "nthreads", 0) or 0),  # what "busy" means for a CPU worker
+    }
     if not isinstance(plugin, TelemetryPlugin):
         return {**answer, "missing": True}
     seen = (since or {}).get(dask_worker.address)

@@ -18,7 +18,9 @@ from gpugeek_jupyter.devices import (
 )
 from gpugeek_jupyter.nvml import GpuDevice
 
-GPUS = tuple(GpuDevice(i, "NVIDIA H100 80GB HBM3", f"GPU-fa4e000{i}-0000-0000-0000-00000000000{i}", 80 << 30) for i in range(4))
+GPUS = tuple(
+    GpuDevice(i, "NVIDIA H100 80GB HBM3", f"GPU-fa4e000{i}-0000-0000-0000-00000000000{i}", 80 << 30) for i in range(4)
+)
 
 
 def _env(value: str | None) -> dict[str, str]:

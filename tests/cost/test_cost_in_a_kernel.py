@@ -19,14 +19,23 @@ pytestmark = pytest.mark.slow
 
 HEARTBEAT = 0.5
 # A beat comes every period plus the time the beat itself takes (registry write, worker sync, one
-# utilization sample); on this shared 2-core machine that work takes well under this much.
+# utilization row from the collected telemetry); on this shared 2-core machine that work takes well
+# under this much.
 BEAT_WORK_ALLOWANCE = 0.5
+# Utilization rows come from telemetry samples: a pool that spends its budget in ~2 s needs them
+# faster than the default 1 s to have the two rows an idle share is priced from.
+TELEMETRY_PERIOD = 0.25
 
 
 def _kernel(registry_path: Path) -> KernelSession:
-    return KernelSession(env={
-        "GPUGEEK_REGISTRY": str(registry_path), "GPUGEEK_HEARTBEAT": str(HEARTBEAT), "GPUGEEK_PRELOAD_TORCH": "0",
-    })
+    return KernelSession(
+        env={
+            "GPUGEEK_REGISTRY": str(registry_path),
+            "GPUGEEK_HEARTBEAT": str(HEARTBEAT),
+            "GPUGEEK_PRELOAD_TORCH": "0",
+            "GPUGEEK_TELEMETRY_PERIOD": str(TELEMETRY_PERIOD),
+        }
+    )
 
 
 def _kill_leftovers(pids: list[int]) -> None:

@@ -25,7 +25,9 @@ def shell() -> Iterator[InteractiveShell]:
 
 
 def test_no_current_pool_is_a_one_line_usage_error_with_the_way_out(shell):
-    with pytest.raises(UsageError, match=r"^no current pool: name one, or pass --job ID or --all \(e.g. %gpugeek_cost --all\)$"):
+    with pytest.raises(
+        UsageError, match=r"^no current pool: name one, or pass --job ID or --all \(e.g. %gpugeek_cost --all\)$"
+    ):
         shell.run_line_magic("gpugeek_cost", "")
 
 
@@ -53,15 +55,31 @@ def test_all_pools_report_and_chart(shell, capsys):
     ("line", "message"),
     [
         ("--compare-owned", r"--compare-owned needs --gpu-type when no pool is current"),
-        ("--compare-owned --gpu-type H100-80GB", r"no H100-80GB pool in the registry to measure use from; give it \(e.g. --hours-per-month 200\)"),
-        ("--compare-owned --gpu-type H100-80GB --hours-per-month 10 --count 2.5", r"--count must be a whole number >= 1, got '2.5'"),
-        ("--compare-owned --gpu-type H100-80GB --hours-per-month lots", r"--hours-per-month must be a number, got 'lots' \(e.g. --hours-per-month 200\)"),
+        (
+            "--compare-owned --gpu-type H100-80GB",
+            r"no H100-80GB pool in the registry to measure use from; give it \(e.g. --hours-per-month 200\)",
+        ),
+        (
+            "--compare-owned --gpu-type H100-80GB --hours-per-month 10 --count 2.5",
+            r"--count must be a whole number >= 1, got '2.5'",
+        ),
+        (
+            "--compare-owned --gpu-type H100-80GB --hours-per-month lots",
+            r"--hours-per-month must be a number, got 'lots' \(e.g. --hours-per-month 200\)",
+        ),
         ("--compare-owned --gpu-type V100 --hours-per-month 10", r"unknown GPU type 'V100'"),
-        ("--compare-owned --gpu-type H100-80GB --hours-per-month 10 --watts -5",
-         r"^--watts must be a number from 0, got -5.0 \(e.g. --watts 700\)$"),
-        ("--compare-owned --gpu-type H100-80GB --hours-per-month 10 --pricing cheap",
-         r"^--pricing must be on-demand, spot or reserved, got 'cheap' \(e.g. --pricing reserved\)$"),
-        ("--all --since 'last week'", r"^--since 'last week' is not a date \(e.g. --since 2026-11-01 or --since 2026-11-01T09:30\)$"),
+        (
+            "--compare-owned --gpu-type H100-80GB --hours-per-month 10 --watts -5",
+            r"^--watts must be a number from 0, got -5.0 \(e.g. --watts 700\)$",
+        ),
+        (
+            "--compare-owned --gpu-type H100-80GB --hours-per-month 10 --pricing cheap",
+            r"^--pricing must be on-demand, spot or reserved, got 'cheap' \(e.g. --pricing reserved\)$",
+        ),
+        (
+            "--all --since 'last week'",
+            r"^--since 'last week' is not a date \(e.g. --since 2026-11-01 or --since 2026-11-01T09:30\)$",
+        ),
         ("--all --storage-gb 5", r"--storage-gb/--network-gb need one pool or --job, not --all"),
         ("--job nope", r"no job with id 'nope'"),
     ],
@@ -73,7 +91,9 @@ def test_bad_options_are_one_line_usage_errors(shell, line, message):
 
 
 def test_compare_owned_shows_the_users_number_among_utilization_levels(shell, capsys):
-    shell.run_line_magic("gpugeek_cost", "--compare-owned --gpu-type A100-80GB --count 8 --hours-per-month 365 -o report")
+    shell.run_line_magic(
+        "gpugeek_cost", "--compare-owned --gpu-type A100-80GB --count 8 --hours-per-month 365 -o report"
+    )
     out = capsys.readouterr().out
     assert out.startswith("8 x A100-80GB for 365 h/month (50% utilization)")
     assert "50% (yours)" in out
@@ -84,6 +104,9 @@ def test_notices_are_printed_once_per_process_however_often_the_magics_load(shel
     shell.register_magics(CostMagics)
     printers = [p for p in get_pool_manager().plugins.values() if isinstance(p, NoticePrinter)]
     assert len(printers) == 1
-    get_pool_manager().post_notice(SimpleNamespace(name="x"), "budget-warning",  # type: ignore[arg-type]
-                                   "pool 'x' has spent USD 8.00 of its USD 10.00 budget (80%)")
+    get_pool_manager().post_notice(
+        SimpleNamespace(name="x"),
+        "budget-warning",  # type: ignore[arg-type]
+        "pool 'x' has spent USD 8.00 of its USD 10.00 budget (80%)",
+    )
     assert capsys.readouterr().err == "gpugeek: pool 'x' has spent USD 8.00 of its USD 10.00 budget (80%)\n"

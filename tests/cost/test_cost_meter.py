@@ -41,7 +41,9 @@ def test_meter_shows_rate_spend_and_projection(clocked_registry, clock, budget_p
     ("hours", "level", "bar_style"),
     [(1.0, "ok", "success"), (2.5, "warning", "warning"), (3.0, "exceeded", "danger")],
 )
-def test_budget_bar_turns_amber_at_80_percent_and_red_at_100(clocked_registry, clock, budget_pool, hours, level, bar_style):
+def test_budget_bar_turns_amber_at_80_percent_and_red_at_100(
+    clocked_registry, clock, budget_pool, hours, level, bar_style
+):
     _advance(clocked_registry, clock, hours, budget_pool)
     meter = CostMeter(budget_pool, registry=clocked_registry)
     assert meter.level == level

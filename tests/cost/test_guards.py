@@ -114,8 +114,11 @@ def test_a_vanished_spot_worker_is_recorded_as_preempted_with_its_cost():
             os.kill(interval.pid, signal.SIGKILL)  # our pool's worker processes; their nannies restart them
 
         def closed() -> dict[str, str] | None:
-            reasons = {w.worker_name: w.stop_reason for w in manager.registry.worker_intervals(pool.id) if w.id in
-                       {i.id for i in first.values()} and w.stopped_at is not None}
+            reasons = {
+                w.worker_name: w.stop_reason
+                for w in manager.registry.worker_intervals(pool.id)
+                if w.id in {i.id for i in first.values()} and w.stopped_at is not None
+            }
             return reasons if len(reasons) == 2 else None
 
         assert wait_for(closed, 30, "closing both intervals") == {"0": "preempted", "1": "worker left"}

@@ -8,7 +8,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpugeek_jupyter.cost.ledger import cents, idle_since, job_cost, job_costs, pool_cost, pool_costs, record_data_volume
+from gpugeek_jupyter.cost.ledger import (
+    cents,
+    idle_since,
+    job_cost,
+    job_costs,
+    pool_cost,
+    pool_costs,
+    record_data_volume,
+)
 from gpugeek_jupyter.errors import SpecError
 from gpugeek_jupyter.store import JobStatus, PoolStatus, Registry
 
@@ -94,7 +102,7 @@ def test_prices_stored_at_start_are_used_after_the_price_file_changes(clocked_re
     pool = _seventy_thirty_pool(registry)
     registry.open_worker_interval(pool, "0", "spot", started_at=T0)
     prices = tmp_path / "prices.toml"
-    prices.write_text('[gpus.H100-80GB]\nspot = 99.0\n')
+    prices.write_text("[gpus.H100-80GB]\nspot = 99.0\n")
     monkeypatch.setenv("GPUGEEK_PRICE_FILE", str(prices))
     config.set_config(None)
     later = add_ready_pool(registry, name="later", gpu_type="H100-80GB", count=1, spot_fraction=1)
@@ -259,9 +267,7 @@ def test_idle_since_is_the_last_busy_sample_and_none_while_a_job_runs(clocked_re
 
 
 _intervals = st.lists(
-    st.tuples(
-        st.floats(0, 10 * HOUR), st.floats(0, 10 * HOUR), st.sampled_from(["spot", "reserved"]), st.booleans()
-    ),
+    st.tuples(st.floats(0, 10 * HOUR), st.floats(0, 10 * HOUR), st.sampled_from(["spot", "reserved"]), st.booleans()),
     min_size=0,
     max_size=8,
 )

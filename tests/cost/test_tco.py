@@ -25,8 +25,15 @@ def test_owned_and_cloud_cost_the_same_at_the_break_even_utilization():
 
 def test_owned_cost_follows_the_documented_formula():
     r = tco.compare_owned(
-        "H100-80GB", hours_per_month=200, count=8, purchase_usd=30_000, power_watts=700,
-        power_usd_per_kwh=0.12, pue=1.4, amortization_months=36, overhead_usd_per_month=100,
+        "H100-80GB",
+        hours_per_month=200,
+        count=8,
+        purchase_usd=30_000,
+        power_watts=700,
+        power_usd_per_kwh=0.12,
+        pue=1.4,
+        amortization_months=36,
+        overhead_usd_per_month=100,
     )
     energy = 0.7 * 1.4 * 0.12
     assert r.owned_usd_per_month == pytest.approx(8 * (30_000 / 36 + 100 + energy * 200))
@@ -54,19 +61,30 @@ def test_purchase_and_power_default_to_the_catalog():
 
     gpu = load_catalog().gpu("A100-80GB")
     r = tco.compare_owned("a100-80gb", hours_per_month=100, pricing="reserved")
-    assert (r.purchase_usd, r.power_watts, r.cloud_usd_per_gpu_hour) == (gpu.purchase_usd, gpu.power_watts, gpu.prices.reserved)
+    assert (r.purchase_usd, r.power_watts, r.cloud_usd_per_gpu_hour) == (
+        gpu.purchase_usd,
+        gpu.power_watts,
+        gpu.prices.reserved,
+    )
 
 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"hours_per_month": 800}, r"^hours_per_month must be a number from 0 to 730, got 800 \(e.g. hours_per_month=200\)$"),
+        (
+            {"hours_per_month": 800},
+            r"^hours_per_month must be a number from 0 to 730, got 800 \(e.g. hours_per_month=200\)$",
+        ),
         ({"hours_per_month": 10, "pue": 0.5}, r"^pue must be a number from 1, got 0.5 \(e.g. pue=1.4\)$"),
-        ({"hours_per_month": 10, "pricing": "cheap"},
-         r"^pricing must be on-demand, spot or reserved, got 'cheap' \(e.g. pricing='reserved'\)$"),
+        (
+            {"hours_per_month": 10, "pricing": "cheap"},
+            r"^pricing must be on-demand, spot or reserved, got 'cheap' \(e.g. pricing='reserved'\)$",
+        ),
         ({"hours_per_month": 10, "count": 0}, r"^count must be a number from 1, got 0 \(e.g. count=8\)$"),
-        ({"hours_per_month": 10, "power_watts": -1},
-         r"^power_watts must be a number from 0, got -1 \(e.g. power_watts=700\)$"),
+        (
+            {"hours_per_month": 10, "power_watts": -1},
+            r"^power_watts must be a number from 0, got -1 \(e.g. power_watts=700\)$",
+        ),
     ],
 )
 def test_bad_owned_inputs_are_refused_naming_the_value_and_an_example(options, message):
@@ -75,7 +93,9 @@ def test_bad_owned_inputs_are_refused_naming_the_value_and_an_example(options, m
 
 
 def _pool_with_a_job(registry, clock):
-    pool = add_ready_pool(registry, name="train", gpu_type="A100-80GB", count=2, spot_fraction=0.5, base_pricing="reserved")
+    pool = add_ready_pool(
+        registry, name="train", gpu_type="A100-80GB", count=2, spot_fraction=0.5, base_pricing="reserved"
+    )
     registry.open_worker_interval(pool, "0", "spot", started_at=T0)
     registry.open_worker_interval(pool, "1", "reserved", started_at=T0)
     clock.at(HOUR)
@@ -99,7 +119,9 @@ def test_report_has_a_row_per_pool_and_per_job_with_the_seed_formula(clocked_reg
     assert pool_row["compute_usd"] == pytest.approx(3 * (1.57 + 3.22))
     assert pool_row["storage_usd"] == pytest.approx(100 * 0.08 * 3 / HOURS_PER_MONTH)
     assert pool_row["network_usd"] == pytest.approx(20 * 0.09)
-    assert pool_row["total_usd"] == pytest.approx(pool_row["compute_usd"] + pool_row["storage_usd"] + pool_row["network_usd"])
+    assert pool_row["total_usd"] == pytest.approx(
+        pool_row["compute_usd"] + pool_row["storage_usd"] + pool_row["network_usd"]
+    )
     assert frame.iloc[1]["compute_usd"] == pytest.approx(1.57 + 3.22)
     assert pool_row["total_usd"] == pytest.approx(pool_cost(clocked_registry, pool).total_usd)
 
@@ -145,7 +167,9 @@ def test_bar_chart_has_one_bar_per_row_stacked_by_kind(clocked_registry, clock):
 
 def test_since_accepts_dates_and_refuses_other_text():
     assert tco.parse_since("2026-11-01") == pytest.approx(__import__("datetime").datetime(2026, 11, 1).timestamp())
-    with pytest.raises(SpecError, match=r"^since 'last week' is not a date \(e.g. since='2026-11-01' or since='2026-11-01T09:30'\)$"):
+    with pytest.raises(
+        SpecError, match=r"^since 'last week' is not a date \(e.g. since='2026-11-01' or since='2026-11-01T09:30'\)$"
+    ):
         tco.parse_since("last week")
 
 

@@ -9,7 +9,9 @@ from gpugeek_jupyter.jobs.layout import WorkerInfo, cuda_visible_devices, plan_l
 
 
 def _workers(*specs: tuple[str, str]) -> list[WorkerInfo]:
-    return [WorkerInfo(address=f"tcp://{host}:{9000 + i}", name=name, host=host) for i, (name, host) in enumerate(specs)]
+    return [
+        WorkerInfo(address=f"tcp://{host}:{9000 + i}", name=name, host=host) for i, (name, host) in enumerate(specs)
+    ]
 
 
 def test_one_rank_per_worker_with_local_ranks_grouped_by_host() -> None:
@@ -134,7 +136,8 @@ def test_compile_cache_is_per_pool_under_the_cache_home_and_keeps_the_workers_ow
         "TRITON_CACHE_DIR": "/home/ada/.cache/gpugeek-jupyter/compile/dev/triton",
     }
     assert compile_cache_env("dev", {"XDG_CACHE_HOME": "/scratch"}, "/h")["TRITON_CACHE_DIR"] == (
-        "/scratch/gpugeek-jupyter/compile/dev/triton")
+        "/scratch/gpugeek-jupyter/compile/dev/triton"
+    )
     assert compile_cache_env("dev", {"TORCHINDUCTOR_CACHE_DIR": "/mine"}, "/h").keys() == {"TRITON_CACHE_DIR"}
 
 

@@ -107,7 +107,10 @@ class FakeNvml(types.ModuleType):
         return 1980 if clock == _real_nvml.NVML_CLOCK_SM else 1000
 
     def nvmlDeviceGetFieldValues(self, handle: int, field_ids: list[Any]) -> list[Any]:
-        nvlink_fields = (_real_nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, _real_nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX)
+        nvlink_fields = (
+            _real_nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+            _real_nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+        )
         with self._lock:
             self._counters[handle] += 1_000_000
             counter = self._counters[handle]

@@ -10,19 +10,42 @@ import pytest
 
 from gpugeek_jupyter.telemetry import COLUMNS, TelemetryFeed
 from gpugeek_jupyter.telemetry._buffer import RingBuffer
-from gpugeek_jupyter.telemetry._schema import NO_GPU, columns_from_rows, to_frame
+from gpugeek_jupyter.telemetry._schema import NO_GPU, SAMPLE_FIELDS, columns_from_rows, sample_row, to_frame
 from gpugeek_jupyter.telemetry._summary import TIMELINE_POINTS, latest_rows, summarize
-
-NAN = math.nan
 
 
 def _gpu_row(t: float, gpu: int, sm: float, used: float, power: float = 100.0) -> tuple:
-    return (t, gpu, "H100", f"GPU-{gpu}", sm, 10.0, used, 80e9, power, 50.0, 1980.0,
-            1.0, 1.0, NAN, NAN, 1e9, 50.0, 1e9, None, None)
+    return sample_row(
+        t,
+        gpu=gpu,
+        gpu_name="H100",
+        gpu_uuid=f"GPU-{gpu}",
+        sm_util_pct=sm,
+        mem_util_pct=10.0,
+        mem_used_bytes=used,
+        mem_total_bytes=80e9,
+        power_w=power,
+        temperature_c=50.0,
+        sm_clock_mhz=1980.0,
+        pcie_rx_mb_s=1.0,
+        pcie_tx_mb_s=1.0,
+        process_gpu_mem_bytes=1e9,
+        cpu_pct=50.0,
+        overhead_cpu_pct=1.0,
+        rss_bytes=1e9,
+    )
 
 
 def _cpu_row(t: float, cpu: float, reason: str = "NVML library not found (no NVIDIA driver on this machine)") -> tuple:
-    return (t, NO_GPU, None, None, *([NAN] * 12), cpu, 2e8, reason, None)
+    return sample_row(t, cpu_pct=cpu, overhead_cpu_pct=0.5, rss_bytes=2e8, no_gpu_reason=reason)
+
+
+def test_a_sample_row_names_its_fields_and_leaves_the_rest_unknown() -> None:
+    row = dict(zip(SAMPLE_FIELDS, sample_row(5.0, cpu_pct=12.5), strict=True))
+    assert row["time"] == 5.0 and row["cpu_pct"] == 12.5 and row["gpu"] == NO_GPU
+    assert math.isnan(row["sm_util_pct"]) and row["gpu_name"] is None and row["error"] is None
+    with pytest.raises(ValueError, match="not sample fields: sm_util"):
+        sample_row(5.0, sm_util=3.0)
 
 
 def test_feed_keeps_rows_of_every_worker_with_its_identity(simulated) -> None:
@@ -32,7 +55,12 @@ def test_feed_keeps_rows_of_every_worker_with_its_identity(simulated) -> None:
     assert feed.ingest(workers.answers()) == 4
     frame = to_frame(feed.buffer.columns())
     assert list(frame.columns) == list(COLUMNS)
-    assert frame.groupby(["worker_name", "gpu"]).size().to_dict() == {("0", 0): 2, ("0", 1): 2, ("1", 0): 2, ("1", 1): 2}
+    assert frame.groupby(["worker_name", "gpu"]).size().to_dict() == {
+        ("0", 0): 2,
+        ("0", 1): 2,
+        ("1", 0): 2,
+        ("1", 1): 2,
+    }
     assert set(frame["host"]) == {"node-0"} and set(frame["worker"]) == {workers.address(0), workers.address(1)}
     assert {w.seq for w in feed.workers.values()} == {2}
 
@@ -123,10 +151,22 @@ def test_timeline_is_downsampled_to_at_most_sixty_points() -> None:
 def test_latest_rows_are_each_workers_newest_sample_in_rank_order() -> None:
     from gpugeek_jupyter.telemetry._schema import concat_columns
 
-    a = columns_from_rows([_cpu_row(0.5, 1.0), _gpu_row(1.0, 1, 5.0, 1.0), _gpu_row(1.0, 0, 4.0, 1.0),
-                           _gpu_row(2.0, 1, 7.0, 1.0), _gpu_row(2.0, 0, 9.0, 1.0)], "wb", "10", "h")
+    a = columns_from_rows(
+        [
+            _cpu_row(0.5, 1.0),
+            _gpu_row(1.0, 1, 5.0, 1.0),
+            _gpu_row(1.0, 0, 4.0, 1.0),
+            _gpu_row(2.0, 1, 7.0, 1.0),
+            _gpu_row(2.0, 0, 9.0, 1.0),
+        ],
+        "wb",
+        "10",
+        "h",
+    )
     b = columns_from_rows([_gpu_row(1.5, 0, 3.0, 1.0)], "wa", "2", "h")
     latest = latest_rows(concat_columns([a, b]))
     assert list(zip(latest["worker_name"], latest["gpu"].tolist(), latest["sm_util_pct"].tolist())) == [
-        ("2", 0, 3.0), ("10", 0, 9.0), ("10", 1, 7.0)
+        ("2", 0, 3.0),
+        ("10", 0, 9.0),
+        ("10", 1, 7.0),
     ]

@@ -64,6 +64,7 @@ def test_a_gpu_pool_reports_its_gpus_and_the_worker_process_gpu_memory() -> None
 
     pool = gpugeek_jupyter.launch(gpu_type="cpu", count=1, name="gpu-telemetry")  # its worker sees every GPU
     try:
+
         def hold_gpu_memory(dask_worker: Any) -> int:
             import torch
 

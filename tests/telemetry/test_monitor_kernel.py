@@ -34,7 +34,9 @@ def kernel(isolated_registry: Path) -> Iterator[KernelSession]:
     try:
         loaded = session.run("%load_ext gpugeek_jupyter")
         assert loaded.error is None, loaded.text
-        launched = session.run("import gpugeek_jupyter\npool = gpugeek_jupyter.launch(gpu_type='cpu', count=2, name='mon')")
+        launched = session.run(
+            "import gpugeek_jupyter\npool = gpugeek_jupyter.launch(gpu_type='cpu', count=2, name='mon')"
+        )
         assert launched.error is None, launched.text
         yield session
     finally:
@@ -42,7 +44,9 @@ def kernel(isolated_registry: Path) -> Iterator[KernelSession]:
         session.shutdown()
 
 
-def _run_recording_comm_traffic(kernel: KernelSession, code: str, timeout: float = 60.0) -> tuple[str, list[dict[str, Any]], str]:
+def _run_recording_comm_traffic(
+    kernel: KernelSession, code: str, timeout: float = 60.0
+) -> tuple[str, list[dict[str, Any]], str]:
     """Run ``code``; return its stdout, the comm messages seen while it ran, and its error text."""
     msg_id = kernel.execute(code)
     stdout, error, comms, running = "", "", [], False
@@ -100,10 +104,7 @@ def test_the_panel_streams_while_a_long_cell_is_still_running(kernel: KernelSess
 def test_the_panel_under_a_running_gpugeek_run_cell_grows_while_the_job_runs(kernel: KernelSession) -> None:
     stdout, comms, error = _run_recording_comm_traffic(
         kernel,
-        "%%gpugeek_run --monitor --rank0 -o grew\n"
-        "import time\n"
-        "time.sleep(3)\n"
-        "rank\n",
+        "%%gpugeek_run --monitor --rank0 -o grew\nimport time\ntime.sleep(3)\nrank\n",
     )
     assert not error, error
     patches = [c for c in comms if "ColumnsStreamed" in str(c.get("data", {}).get("content", {}).get("payload", ""))]

@@ -126,7 +126,7 @@ def test_the_update_thread_moves_the_panel_by_itself_and_stops_when_closed(simul
     try:
         for expected in (2, 3):
             feed.ingest(workers.answers())
-            assert _wait(lambda: panel.source_lengths()["0:0"] == expected), panel.source_lengths()
+            assert _wait(lambda expected=expected: panel.source_lengths()["0:0"] == expected), panel.source_lengths()
     finally:
         panel.close()
     panel._thread.join(timeout=5)

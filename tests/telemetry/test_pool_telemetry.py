@@ -28,7 +28,7 @@ PERIOD = 0.2
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from gpugeek_jupyter.config import set_config
-    from gpugeek_jupyter.pools import PoolManager
+    from gpugeek_jupyter.runtime import create_pool_manager
     from gpugeek_jupyter.spec import PoolSpec
     from gpugeek_jupyter.store import Registry
 
@@ -36,7 +36,8 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     set_config(None)
-    manager = PoolManager(registry=Registry(tmp_path_factory.mktemp("telemetry") / "registry.sqlite"))
+    # the standard plugins, telemetry's among them, as every process gets them
+    manager = create_pool_manager(registry=Registry(tmp_path_factory.mktemp("telemetry") / "registry.sqlite"))
     try:
         yield manager.launch(PoolSpec.create(gpu_type="cpu", count=2, name="telemetry"))
     finally:
@@ -44,7 +45,6 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         for key, value in saved.items():
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
         set_config(None)
-
 
 
 def _wait_for(pool: Any, condition, seconds: float = 20.0) -> Any:  # type: ignore[no-untyped-def]
@@ -123,8 +123,17 @@ def test_fake_gpus_in_the_workers_give_one_row_per_gpu_per_sample_with_every_fie
         latest = telemetry.latest(pool)
     assert set(zip(frame["worker"], frame["gpu"])) == {(a, g) for a in addresses for g in (0, 1)}
     assert frame["no_gpu_reason"].isna().all() and frame["error"].isna().all()
-    for column in ("sm_util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "power_w",
-                   "temperature_c", "sm_clock_mhz", "cpu_pct", "rss_bytes"):
+    for column in (
+        "sm_util_pct",
+        "mem_util_pct",
+        "mem_used_bytes",
+        "mem_total_bytes",
+        "power_w",
+        "temperature_c",
+        "sm_clock_mhz",
+        "cpu_pct",
+        "rss_bytes",
+    ):
         assert frame[column].notna().all(), column
     # FakeNvml reports the process that imported it (the worker itself) as a GPU user
     assert (frame["process_gpu_mem_bytes"] == 512 * 2**20).all()
@@ -169,13 +178,13 @@ def test_a_job_summary_covers_its_window_with_mean_and_peak(pool: Any) -> None:
 
 
 def test_another_process_attaching_reads_the_same_samplers_without_restarting_them(pool: Any) -> None:
-    from gpugeek_jupyter.pools import PoolManager
+    from gpugeek_jupyter.runtime import create_pool_manager
 
     def token(dask_worker: Any) -> str:
         return dask_worker.plugins[PLUGIN_NAME].token
 
     before = pool.client.run(token)
-    other = PoolManager(registry=pool._manager.registry, owner="another kernel")
+    other = create_pool_manager(registry=pool._manager.registry, owner="another kernel")
     attached = other.attach(pool.name)
     try:
         start = time.time()

@@ -1,4 +1,5 @@
-"""The worker-side sampler, run in this process over FakeNvml (the real sampler code, a fake library)."""
+"""The worker-side sampler, run in this process over FakeNvml (the real sampler code, a fake library),
+and the split of its CPU figure into work and the worker's own machinery."""
 
 from __future__ import annotations
 
@@ -6,11 +7,23 @@ import logging
 import math
 import os
 import sys
+import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
+from gpugeek_jupyter.telemetry import TelemetryFeed
+from gpugeek_jupyter.telemetry._process import ProcessReader, ProcessReading
 from gpugeek_jupyter.telemetry._schema import NO_GPU, SAMPLE_FIELDS
-from gpugeek_jupyter.telemetry._worker import Sampler, TelemetryPlugin
+from gpugeek_jupyter.telemetry._worker import (
+    PLUGIN_NAME,
+    SAMPLER_THREAD,
+    Sampler,
+    TelemetryPlugin,
+    drain,
+    machinery_threads,
+)
 
 GIB = 2**30
 
@@ -169,3 +182,125 @@ def test_the_plugin_ships_only_its_settings_and_restarts_clean() -> None:
 def test_a_non_positive_period_is_refused_with_an_example() -> None:
     with pytest.raises(ValueError, match=r"got 0 \(e\.g\. 1\.0\)"):
         TelemetryPlugin(period=0)
+
+
+# -- work and machinery: what the cost's utilization reads ---------------------------------------
+def _burning(name: str) -> tuple[threading.Thread, threading.Event]:
+    stop = threading.Event()
+
+    def burn() -> None:
+        while not stop.is_set():
+            pass
+
+    thread = threading.Thread(target=burn, name=name, daemon=True)
+    thread.start()
+    return thread, stop
+
+
+def _read_while_burning(name: str, machinery: Callable[[threading.Thread], set[int]]) -> ProcessReading:
+    """A reading over 0.5 s while a thread called ``name`` burns a core; ``machinery`` picks the overhead threads."""
+    thread, stop = _burning(name)
+    try:
+        reader = ProcessReader(overhead_threads=lambda: machinery(thread))  # the baseline, with the thread running
+        stop.wait(0.5)
+        return reader.read()
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_a_thread_doing_work_counts_in_cpu_and_not_in_overhead() -> None:
+    reading = _read_while_burning("Dask-Default-Threads-1", lambda thread: set())
+    assert reading.cpu_pct > 20 and reading.overhead_cpu_pct < 5
+
+
+def test_the_workers_machinery_threads_count_as_overhead() -> None:
+    reading = _read_while_burning("Profile", lambda thread: machinery_threads(loop_thread=None))
+    assert reading.overhead_cpu_pct > 20
+    assert reading.cpu_pct - reading.overhead_cpu_pct < 10  # what is left is not work
+
+
+def test_the_event_loop_thread_counts_as_overhead() -> None:
+    reading = _read_while_burning("event-loop", lambda thread: machinery_threads(loop_thread=thread.ident))
+    assert reading.overhead_cpu_pct > 20 and reading.cpu_pct - reading.overhead_cpu_pct < 10
+
+
+def test_work_by_a_thread_that_ended_between_reads_still_counts() -> None:
+    reader = ProcessReader(overhead_threads=lambda: machinery_threads(loop_thread=None))
+    thread = threading.Thread(target=lambda: sum(i * i for i in range(3_000_000)), name="task")
+    thread.start()
+    thread.join()
+    reading = reader.read()
+    assert reading.cpu_pct - reading.overhead_cpu_pct > 20
+
+
+def test_machinery_is_the_loop_thread_the_profiler_and_the_sampler_not_the_rank_thread() -> None:
+    names = ("Profile", SAMPLER_THREAD, "gpugeek-rank", "Dask-Default-Threads-1")
+    started = [_burning(name) for name in names]
+    try:
+        ids = machinery_threads(loop_thread=12345)
+        by_name = {thread.name: thread.ident for thread, _ in started}
+        assert {by_name["Profile"], by_name[SAMPLER_THREAD], 12345} <= ids
+        assert by_name["gpugeek-rank"] not in ids and by_name["Dask-Default-Threads-1"] not in ids
+    finally:
+        for thread, stop in started:
+            stop.set()
+            thread.join()
+
+
+def test_without_machinery_threads_the_overhead_is_zero(fake_nvml) -> None:
+    fake_nvml(library_missing=True)
+    sampler = Sampler()
+    sampler.open()
+    assert _rows(sampler)[0]["overhead_cpu_pct"] == 0.0
+
+
+def test_the_plugin_samples_at_once_and_reports_its_worker_loop_as_overhead(
+    fake_nvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugeek_jupyter import devices
+
+    fake_nvml(library_missing=True)
+    monkeypatch.setattr(devices, "_initial", None)  # setup reads this process's CUDA_VISIBLE_DEVICES afresh
+    plugin = TelemetryPlugin(period=0.3)
+    stop, set_up = threading.Event(), threading.Event()
+
+    def event_loop() -> None:  # dask calls setup on the loop thread, which then keeps busy with its own affairs
+        plugin.setup(worker=None)
+        set_up.set()
+        while not stop.is_set():
+            pass
+
+    thread = threading.Thread(target=event_loop, name="event-loop", daemon=True)
+    thread.start()
+    try:
+        assert set_up.wait(10) and plugin.loop_thread == thread.ident
+        deadline = time.monotonic() + 10
+        while len(plugin.drain(None)[2]) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rows = [dict(zip(SAMPLE_FIELDS, row, strict=True)) for row in plugin.drain(None)[2]]
+        assert len(rows) >= 3 and all(r["cpu_pct"] >= 0 for r in rows)
+        # from the first sample on, taken at once, the burning "loop" is overhead and nothing is work
+        assert all(r["cpu_pct"] - r["overhead_cpu_pct"] < 20 for r in rows), rows
+        assert all(r["overhead_cpu_pct"] > 50 for r in rows[1:]), rows
+    finally:
+        plugin.teardown(worker=None)
+        stop.set()
+        thread.join()
+
+
+def test_the_first_sample_is_not_inflated_by_its_short_interval() -> None:
+    readings = [ProcessReader(overhead_threads=lambda: machinery_threads(loop_thread=None)).read() for _ in range(20)]
+    assert max(r.cpu_pct - r.overhead_cpu_pct for r in readings) < 150  # psutil's ticks read as thousands here
+
+
+def test_drain_says_how_many_task_threads_the_worker_has_and_the_feed_keeps_it() -> None:
+    class Worker:
+        name, address, nthreads = "0", "tcp://10.0.0.1:1", 4
+        plugins = {PLUGIN_NAME: TelemetryPlugin(period=1.0)}
+
+    answer = drain(Worker())
+    assert answer["nthreads"] == 4
+    feed = TelemetryFeed(client=None, pool_name="sim", period=1.0)
+    feed.ingest({Worker.address: answer})
+    assert feed.workers[Worker.address].nthreads == 4
