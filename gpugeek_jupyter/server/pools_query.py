@@ -61,8 +61,9 @@ def _whole_number(key: str, value: str, low: int, high: int, rule: str, example:
 def parse_pools_query(arguments: Mapping[str, str | None]) -> PoolsQuery:
     """A :class:`PoolsQuery` from the request's query arguments (absent or empty: the default);
     SpecError with ``field`` set to the parameter otherwise."""
-    for key in arguments:
-        if key not in PARAMETERS:
+    for key, value in arguments.items():
+        # a bare key without a value is JupyterLab's cache-buster (ServerConnection adds ?<timestamp>)
+        if key not in PARAMETERS and value:
             raise SpecError(
                 f"unknown query parameter {_shown(key)} for GET /gpugeek/pools (known: {', '.join(PARAMETERS)}); "
                 "e.g. ?state=ended&limit=50",

@@ -121,6 +121,13 @@ async def test_bad_listing_parameters_are_400_naming_the_parameter_with_an_examp
     assert quoted in message and "e.g. ?state=" in message
 
 
+async def test_jupyterlabs_cache_busting_bare_timestamp_is_ignored(api: Fetch) -> None:
+    """JupyterLab's ServerConnection appends ``?<timestamp>`` (a key without a value) to GETs."""
+    registered_ended = await api("GET", "pools")
+    busted = await api("GET", "pools", params={"1796165542761": ""})
+    assert busted == registered_ended and busted[0] == 200
+
+
 async def test_polling_writes_nothing_while_every_owner_heart_beats(api: Fetch, isolated_registry: Path) -> None:
     add_pool("running")
     ended_pool("this-morning", hours_ago=3)
