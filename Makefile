@@ -33,7 +33,7 @@ browser:
 
 # Static checks first (seconds), then the tests: lint and types of both halves, the layers contract.
 check: setup
-	$(VENV)/bin/ruff check gpugeek_jupyter tests bench
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check gpugeek_jupyter tests bench
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
