@@ -1,11 +1,14 @@
-"""What several benchmarks share: a free loopback port, and a torchrun launch like a user's."""
+"""What several benchmarks share: a free loopback port, a torchrun launch like a user's, a timed median."""
 
 from __future__ import annotations
 
 import os
 import socket
+import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -28,3 +31,15 @@ def run_torchrun(script: Path, nproc: int = 2, timeout: float = 600) -> str:
         check=True,
         timeout=timeout,
     ).stdout
+
+
+def median_seconds(call: Callable[[], object], repeat: int, warmup: int = 3) -> float:
+    """The median wall time of ``call()`` over ``repeat`` calls, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        call()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)

@@ -19,10 +19,15 @@ import argparse
 import os
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 
+from _common import median_seconds
+
 IPYPARALLEL_EXECUTE_MS = 4.85  # measured before this code existed, same machine kind
+
+
+def median_ms_of(call: Callable[[], object], repeat: int) -> float:
+    return median_seconds(call, repeat, warmup=10) * 1e3
 
 
 def _noop() -> None:
@@ -40,17 +45,6 @@ def _all_reduce() -> None:
     import torch.distributed as dist
 
     dist.all_reduce(torch.ones(1))
-
-
-def median_ms(call: Callable[[], object], repeat: int, warmup: int = 10) -> float:
-    for _ in range(warmup):
-        call()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e3
 
 
 def main() -> None:
@@ -82,11 +76,11 @@ def main() -> None:
         raw_noop, raw_barrier, raw_all_reduce, ours_magic, ours_api = [], [], [], [], []
         per_round = max(10, args.repeat // args.rounds)
         for _ in range(args.rounds):
-            raw_noop.append(median_ms(lambda: client.run(_noop), per_round))
-            raw_barrier.append(median_ms(lambda: client.run(_barrier), per_round))
-            raw_all_reduce.append(median_ms(lambda: client.run(_all_reduce), per_round))
-            ours_magic.append(median_ms(through_magic, per_round))
-            ours_api.append(median_ms(lambda: run_cell(pool, "dist.barrier()", {}), per_round))
+            raw_noop.append(median_ms_of(lambda: client.run(_noop), per_round))
+            raw_barrier.append(median_ms_of(lambda: client.run(_barrier), per_round))
+            raw_all_reduce.append(median_ms_of(lambda: client.run(_all_reduce), per_round))
+            ours_magic.append(median_ms_of(through_magic, per_round))
+            ours_api.append(median_ms_of(lambda: run_cell(pool, "dist.barrier()", {}), per_round))
         baseline = statistics.median(raw_all_reduce)
         rows = [
             ("dask client.run, no-op", statistics.median(raw_noop)),

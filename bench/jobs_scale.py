@@ -23,7 +23,8 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+
+from _common import median_seconds
 
 LINES = 2000
 
@@ -47,17 +48,6 @@ def _print_lines() -> None:
         sys.stdout = saved
 
 
-def median_s(call: Callable[[], object], repeat: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        call()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
 def measure(size: int, repeat: int) -> list[tuple[str, float, float]]:
     import gpugeek_jupyter
     from gpugeek_jupyter.jobs import run_cell
@@ -66,8 +56,8 @@ def measure(size: int, repeat: int) -> list[tuple[str, float, float]]:
     try:
         assert run_cell(pool, "dist.barrier()", {}).ok
         client = pool.client
-        raw = median_s(lambda: client.run(_barrier), repeat)
-        warm = median_s(lambda: run_cell(pool, "dist.barrier()", {}).raise_for_status(), repeat)
+        raw = median_seconds(lambda: client.run(_barrier), repeat)
+        warm = median_seconds(lambda: run_cell(pool, "dist.barrier()", {}).raise_for_status(), repeat)
 
         def rebuild() -> None:
             run_cell(pool, "raise RuntimeError('drop the group')", {}, stream=False)
