@@ -127,6 +127,7 @@ def make_pool_model(
         "owner": record.owner,
         "namespace": record.namespace,
         "created_at": iso_time(record.created_at),
+        "ended_at": iso_time(record.ended_at),
         "reason": reason,
     }
 

@@ -49,6 +49,8 @@ export interface IPoolModel {
   owner: string;
   namespace: string | null;
   created_at: string;
+  /** When the pool stopped, failed or was lost; null while it is live. */
+  ended_at: string | null;
   /** Why the pool is failed/lost, or why telemetry is missing. */
   reason: string | null;
 }

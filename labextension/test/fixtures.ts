@@ -22,6 +22,7 @@ export function makePool(overrides: Partial<IPoolModel> = {}): IPoolModel {
     owner: 'kernel 1234',
     namespace: null,
     created_at: '2026-11-30T08:00:00Z',
+    ended_at: null,
     reason: null,
     ...overrides
   };

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import sqlite3
 import time
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -78,6 +79,19 @@ async def test_ended_pools_are_paged_newest_first_with_a_next_cursor(api: Fetch)
             break
     assert pages == [["run-4", "dev"], ["run-2", "dev"], ["run-0"]]  # every record, a name's old ones too
     assert len(ids) == sum(len(page) for page in pages)
+
+
+async def test_ended_pools_say_when_they_ended_and_live_ones_do_not(api: Fetch) -> None:
+    """The panel's Recent and history rows show when each pool ended."""
+    end = time.time() - 3 * HOUR
+    ended_pool("this-morning", hours_ago=3)
+    add_pool("running")
+    _, recent = await api("GET", "pools")
+    _, history = await api("GET", "pools", params={"state": "ended"})
+    ended_at = {p["name"]: p["ended_at"] for p in recent["pools"]}
+    assert ended_at["running"] is None
+    assert abs(datetime.fromisoformat(ended_at["this-morning"]).timestamp() - end) < 5
+    assert history["pools"][0]["ended_at"] == ended_at["this-morning"]
 
 
 async def test_history_pages_filter_by_namespace(api: Fetch) -> None:
