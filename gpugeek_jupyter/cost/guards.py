@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 from ..config import get_config
 from ..pools._plugin import PoolLifecyclePlugin
-from ..store import JobStatus
 from .ledger import format_usd, idle_since, pool_cost
 from .usage import UtilizationRecorder
 
@@ -42,18 +41,12 @@ IDLE_UTILIZATION = 0.05  # under 5 % is idle
 def stop_for(manager: PoolManager, pool: Pool, kind: str, message: str) -> None:
     """Stop an owned pool because of ``kind`` (budget-stop, idle-stop), recording why everywhere.
 
-    The event is written first, so the reason is durable even if stopping fails half-way.
+    The event is written first, so the reason is durable even if stopping fails half-way. The
+    running job hears the reason through the pool's before-stop event and ends ``cancelled`` with it
+    (its agent writes that); a job row still open when the pool ends is closed by the stop.
     """
-    registry = manager.registry
-    running = [j for j in registry.list_jobs(pool_id=pool.id) if j.status in (JobStatus.PENDING, JobStatus.RUNNING)]
-    for job in running:
-        registry.set_job_failure_reason(job.id, message)
-    registry.add_event(pool.id, kind, message)
-    manager.stop(pool.name, reason=message)  # before_stop hooks (the running job ends) run before workers go
-    for job in running:
-        ended = registry.job(job.id)
-        if ended.status is JobStatus.FAILED and ended.failure_reason == message:  # ended by the stop itself
-            registry.set_job_status(job.id, JobStatus.CANCELLED, ended_at=ended.ended_at)
+    manager.registry.add_event(pool.id, kind, message)
+    manager.stop(pool.name, reason=message)
     manager.post_notice(pool, kind, message)
 
 

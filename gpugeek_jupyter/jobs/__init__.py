@@ -6,7 +6,8 @@
 
 The pieces: :mod:`.layout` (which worker is which rank), :mod:`.env` (the rank's torchrun
 environment), :mod:`.cell` and :mod:`.script` (what travels), :mod:`.rank` (what runs on a worker),
-:mod:`.runner` (the driver), :mod:`.helpers` (``gg``), :mod:`.result` (``JobResult``).
+:mod:`.agent` (the driver: attempts, over :mod:`.roster`, :mod:`.process_group`, :mod:`.watch`,
+:mod:`.record` and :mod:`.transport`), :mod:`.helpers` (``gg``), :mod:`.result` (``JobResult``).
 Importing this package imports neither torch nor dask.
 """
 
@@ -20,8 +21,9 @@ from ..pools._plugin import PoolLifecyclePlugin
 
 if TYPE_CHECKING:
     from ..pools import Pool
+    from .agent import NoticeCallback
+    from .watch import OutputCallback
     from .result import JobResult
-    from .runner import NoticeCallback, OutputCallback
 
 __all__ = ["EndJobsBeforeStop", "end_jobs_before_stop", "run_cell", "run_script"]
 
@@ -40,11 +42,11 @@ class EndJobsBeforeStop(PoolLifecyclePlugin):
 def end_jobs_before_stop(manager: Any, pool: Pool, reason: str) -> None:
     """End ``pool``'s running job, recorded with ``reason`` (:class:`EndJobsBeforeStop`'s hook).
 
-    Cheap when this process never ran a job (the runner module is not even imported then).
+    Cheap when this process never ran a job (the agent module is not even imported then).
     """
-    runner = sys.modules.get(f"{__name__}.runner")
-    if runner is not None:
-        runner.end_jobs_before_stop(manager, pool, reason)
+    agent = sys.modules.get(f"{__name__}.agent")
+    if agent is not None:
+        agent.end_jobs_before_stop(manager, pool, reason)
 
 
 def run_cell(
@@ -63,8 +65,9 @@ def run_cell(
     on_notice: NoticeCallback | None = None,
 ) -> JobResult:
     """Run notebook code on every worker of ``pool``; names it uses come from ``namespace``."""
+    from .agent import agent_for
     from .cell import prepare_cell
-    from .runner import JobRequest, runner_for
+    from .request import JobRequest
 
     program = prepare_cell(source, namespace, hidden=hidden, rank0_only=rank0)
     request = JobRequest(
@@ -74,9 +77,9 @@ def run_cell(
         max_restarts=max_restarts,
         stream=stream,
         amp=amp,
-        env=dict(env) if isinstance(env, Mapping) else env or {},  # type: ignore[arg-type]  # validate() checks it
+        env=dict(env) if isinstance(env, Mapping) else env or {},  # validate() checks it
     )
-    return runner_for(pool).run(request, on_output, on_notice)
+    return agent_for(pool).run(request, on_output, on_notice)
 
 
 def run_script(
@@ -94,7 +97,8 @@ def run_script(
     on_notice: NoticeCallback | None = None,
 ) -> JobResult:
     """Run a torchrun-ready script on every worker of ``pool`` (see :mod:`.script`)."""
-    from .runner import JobRequest, runner_for
+    from .agent import agent_for
+    from .request import JobRequest
     from .script import prepare_script
 
     program = prepare_script(script_path, args=args, hyperparams=hyperparams, cwd=cwd)
@@ -105,6 +109,6 @@ def run_script(
         timeout=timeout,
         max_restarts=max_restarts,
         stream=stream,
-        env=dict(env) if isinstance(env, Mapping) else env or {},  # type: ignore[arg-type]  # validate() checks it
+        env=dict(env) if isinstance(env, Mapping) else env or {},  # validate() checks it
     )
-    return runner_for(pool).run(request, on_output, on_notice)
+    return agent_for(pool).run(request, on_output, on_notice)

@@ -126,7 +126,7 @@ class _RoutedStream:
     def write(self, text: str) -> int:
         capture = _state.forwarder
         if capture is None or threading.get_ident() == _state.loop_thread:
-            return self._original.write(text)
+            return int(self._original.write(text))
         capture.write(self._name, text)
         return len(text)
 
@@ -150,8 +150,8 @@ def install(loop_thread: int) -> None:
     with _state.lock:
         _state.loop_thread = loop_thread
         if not _state.installed:
-            sys.stdout = _RoutedStream(sys.stdout, "stdout")  # type: ignore[assignment]
-            sys.stderr = _RoutedStream(sys.stderr, "stderr")  # type: ignore[assignment]
+            sys.stdout = _RoutedStream(sys.stdout, "stdout")
+            sys.stderr = _RoutedStream(sys.stderr, "stderr")
             _state.installed = True
 
 

@@ -108,7 +108,7 @@ class Helpers:
             units = [m for m in model.children() if any(True for _ in m.parameters())]
         for unit in units:
             fully_shard(unit, mesh=mesh, **fsdp_options)  # type: ignore[call-overload]
-        return fully_shard(model, mesh=mesh, **fsdp_options)  # type: ignore[call-overload]
+        return fully_shard(model, mesh=mesh, **fsdp_options)
 
     def grad_checkpoint(self, module: Any) -> Any:
         """Recompute ``module``'s activations in the backward pass instead of storing them (in place)."""

@@ -487,7 +487,8 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob) 
     if not code.has_value or (code.rank0_only and slot.rank != 0):
         return None
     try:
-        return cloudpickle.dumps(to_cpu(value, torch))
+        blob: bytes = cloudpickle.dumps(to_cpu(value, torch))
+        return blob
     except Exception as e:
         raise TypeError(
             f"the value of the cell's last expression ({type(value).__name__}) cannot be sent back: {e} "

@@ -12,14 +12,16 @@ import logging
 import queue
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from ..store import JobStatus
 from . import rank as rank_side
 from .layout import Layout
 from .payload import RankOutcome
+from .process_group import ProcessGroup
 from .result import RankReport
+from .roster import WorkerRoster
+from .state import AttemptResult, AttemptState, StopCause
+from .transport import PoolTransport, WorkerGone
 
 log = logging.getLogger(__name__)
 
@@ -32,63 +34,28 @@ OUTPUT_DRAIN_S = 2.0  # late output events are awaited this long after the last 
 _MAX_OUTPUT_CHARS = 1_000_000  # kept per rank in JobResult.output
 
 
-class Workers(Protocol):
-    """What the watch needs from the runner: calls to the job's workers."""
-
-    pids: dict[str, int]
-
-    def fire(self, function: Callable[..., Any], addresses: list[str], *args: Any) -> None: ...
-
-    def ask(
-        self, function: Callable[..., Any], addresses: list[str], *args: Any, timeout: float = 3.0
-    ) -> dict[str, Any]: ...
-
-    def end_workers(self, addresses: list[str]) -> None: ...
-
-
-@dataclass
-class Attempt:
-    """How one attempt ended."""
-
-    reports: list[RankReport]
-    values: list[Any]
-    status: JobStatus
-    failure: str | None = None
-    failed_rank: int | None = None
-    traceback: str | None = None
-    timed_out: bool = False
-    interrupted: bool = False
-    stopped_by: str | None = None  # the pool was stopped under the job (budget, idle, the user): why
-    retry: bool = False  # nothing of the user's failed (stale group, busy or vanished worker): run it again
-
-    @property
-    def ok(self) -> bool:
-        return self.status is JobStatus.SUCCEEDED
-
-
-class WorkerGone(ConnectionError):
-    """A worker could not be reached to start the job: it went away since the last job."""
-
-
 class AttemptWatch:
     """Follows one attempt: output, failures, deaths, timeout and interrupt, until every rank answered."""
 
     def __init__(
         self,
-        runner: Workers,
+        transport: PoolTransport,
+        roster: WorkerRoster,
+        group: ProcessGroup,
         job_id: str,
         launch: str,
-        layout: Layout,
         events: queue.Queue[tuple[str, Any]],
         deadline: float | None,
         timeout: float | None,
         on_output: OutputCallback,
         outputs: dict[int, list[str]],
     ) -> None:
-        self.runner = runner
+        self.transport = transport
+        self.roster = roster
+        self.group = group
         self.job_id = job_id
         self.launch = launch
-        self.layout = layout
+        self.layout = layout = group.layout
         self.events = events
         self.deadline = deadline
         self.timeout = timeout
@@ -99,7 +66,7 @@ class AttemptWatch:
         self.ended: list[int] = []  # ranks that reported a failure, in order
         self.received: dict[int, int] = {}  # output events seen per rank
         self.output_chars: dict[int, int] = {}
-        self.stopping: str | None = None  # failed | timeout | interrupted | pool-stopped
+        self.stopping: StopCause | None = None
         self.stop_message: str | None = None
         self.cancel_at: float | None = None
         self.next_kill_check: float | None = None  # when to look for ranks that ignored the cancel
@@ -146,7 +113,7 @@ class AttemptWatch:
             self.pool_stopping(str(payload))
         elif kind == "removed" and payload in self.pending and payload not in self.killed:
             self.gone.add(payload)  # its answer (an error) follows; the others stop now
-            self._stop("failed", None)
+            self._stop(StopCause.FAILED, None)
         now = time.monotonic()
         if self.stopping is None and self.deadline is not None and now >= self.deadline:
             self._time_out()
@@ -159,16 +126,16 @@ class AttemptWatch:
                 self._answered(address, RuntimeError("the worker did not answer after it was ended"))
 
     def interrupt(self) -> None:
-        if self.stopping == "interrupted":
+        if self.stopping is StopCause.INTERRUPTED:
             self._kill_stuck(everyone=True)  # a second interrupt: do not wait for the grace period
             return
-        self.stopping, self.stop_message = "interrupted", "interrupted from the notebook"
+        self.stopping, self.stop_message = StopCause.INTERRUPTED, "interrupted from the notebook"
         self._cancel()
 
     def pool_stopping(self, reason: str) -> None:
         """The pool is about to stop (budget, idle timeout, a stop from elsewhere): end the job first."""
-        if self.stopping != "pool-stopped":
-            self.stopping, self.stop_message = "pool-stopped", reason
+        if self.stopping is not StopCause.POOL_STOPPED:
+            self.stopping, self.stop_message = StopCause.POOL_STOPPED, reason
             self._cancel()
 
     # -- events --------------------------------------------------------------------------------
@@ -195,7 +162,7 @@ class AttemptWatch:
         """A rank failed (or reported that it will): stop the others now."""
         if rank not in self.ended:
             self.ended.append(rank)
-        self._stop("failed", None)
+        self._stop(StopCause.FAILED, None)
 
     def _answered(self, address: str, answer: RankOutcome | BaseException) -> None:
         if address not in self.pending:
@@ -213,7 +180,7 @@ class AttemptWatch:
             self._rank_failed(self.layout.slot_of(address).rank)
 
     # -- stopping ------------------------------------------------------------------------------
-    def _stop(self, reason: str, message: str | None) -> None:
+    def _stop(self, reason: StopCause, message: str | None) -> None:
         if self.stopping is None:
             self.stopping, self.stop_message = reason, message
             self._cancel()
@@ -221,14 +188,14 @@ class AttemptWatch:
     def _cancel(self) -> None:
         self.cancel_at = time.monotonic()
         self.next_kill_check = self.cancel_at + CANCEL_GRACE_S
-        self.runner.fire(rank_side.cancel_rank, sorted(self.pending - self.gone), self.launch)
+        self.transport.fire(rank_side.cancel_rank, sorted(self.pending - self.gone), self.launch)
 
     def _kill_stuck(self, everyone: bool = False) -> bool:
         """End the workers of ranks that did not stop: first those outside a collective (the stuck
         ones; their peers' collectives then fail and return), the rest a grace period later.
         True when some were frozen and left to their nannies to end."""
         candidates = sorted(self.pending - self.killed - self.gone)
-        where = self.runner.ask(rank_side.where_rank, candidates, self.launch, timeout=2.0) if candidates else {}
+        where = self.transport.ask(rank_side.where_rank, candidates, self.launch, timeout=2.0) if candidates else {}
         # a worker that cannot even say where its rank is has a frozen interpreter (e.g. a C extension
         # waiting, with the GIL held, for a thread that needs the GIL): only its nanny can end it
         frozen = [a for a in candidates if a not in where]
@@ -241,14 +208,14 @@ class AttemptWatch:
             self.killed |= set(running) | set(frozen)
             self.gone |= set(running) | set(frozen)
             if running:
-                self.runner.fire(rank_side.kill_rank, running, self.launch)
-            self.runner.end_workers(frozen)
+                self.transport.fire(rank_side.kill_rank, running, self.launch)
+            self.roster.end_workers(frozen)
         return bool(frozen)
 
     def _time_out(self) -> None:
-        where = self.runner.ask(rank_side.where_rank, sorted(self.pending - self.gone), self.launch, timeout=3.0)
+        where = self.transport.ask(rank_side.where_rank, sorted(self.pending - self.gone), self.launch, timeout=3.0)
         where.update({a: {"running": False} for a in self.answers})
-        self._stop("timeout", timeout_message(self.job_id, self.timeout or 0.0, self.layout, where))
+        self._stop(StopCause.TIMEOUT, timeout_message(self.job_id, self.timeout or 0.0, self.layout, where))
 
     def _drain_output(self) -> None:
         """Wait for output events the ranks sent before answering (they travel on another channel)."""
@@ -264,51 +231,54 @@ class AttemptWatch:
                 self._output(payload)
 
     # -- the verdict ---------------------------------------------------------------------------
-    def outcome(self) -> Attempt:
+    def outcome(self) -> AttemptResult:
         import cloudpickle
 
-        reports = [self._report(slot.address) for slot in self.layout.slots]
-        answers = [self.answers.get(s.address) for s in self.layout.slots]
-        if all(isinstance(a, RankOutcome) and a.status == "ok" for a in answers):
+        ranks = {slot.rank: self._report(slot.address) for slot in self.layout.slots}
+        answers = {slot.rank: self.answers.get(slot.address) for slot in self.layout.slots}
+        if all(isinstance(a, RankOutcome) and a.status == "ok" for a in answers.values()):
             try:
-                values = [cloudpickle.loads(a.value_blob) if a.value_blob else None for a in answers]  # type: ignore[union-attr]
+                values = {r: cloudpickle.loads(a.value_blob) if a.value_blob else None for r, a in answers.items()}  # type: ignore[union-attr]
             except Exception as e:  # e.g. a class this process cannot import
-                return Attempt(
-                    reports=reports,
-                    values=[None] * len(reports),
-                    status=JobStatus.FAILED,
+                return AttemptResult(
+                    AttemptState.FAILED,
+                    ranks,
                     failure=f"job {self.job_id}: the cell's values cannot be read here: {type(e).__name__}: {e}",
                 )
-            return Attempt(reports=reports, values=values, status=JobStatus.SUCCEEDED)
-        attempt = Attempt(reports=reports, values=[None] * len(reports), status=JobStatus.FAILED)
+            return AttemptResult(AttemptState.SUCCEEDED, ranks, values)
+        reports = [ranks[r] for r in sorted(ranks)]
+        if self.stopping is StopCause.POOL_STOPPED:
+            return AttemptResult(
+                AttemptState.POOL_STOPPED,
+                ranks,
+                stop_reason=self.stop_message,
+                failure=f"job {self.job_id} was stopped with its pool: {self.stop_message} ({_summary(reports)})",
+            )
+        if self.stopping is StopCause.INTERRUPTED:
+            return AttemptResult(
+                AttemptState.INTERRUPTED,
+                ranks,
+                failure=f"job {self.job_id} was interrupted; every rank stopped ({_summary(reports)})",
+            )
+        if self.stopping is StopCause.TIMEOUT:
+            return AttemptResult(AttemptState.TIMED_OUT, ranks, failure=self.stop_message)
         # nothing of the user's failed: the job met a rebuilt group, a busy worker or a worker that had
         # gone before the job reached it; it runs again once the pool is whole
         not_started = [
             a
-            for a in answers
+            for a in answers.values()
             if isinstance(a, WorkerGone) or (isinstance(a, RankOutcome) and a.status in ("busy", "stale"))
         ]
         own_failures = [
             a
-            for a in answers
+            for a in answers.values()
             if not isinstance(a, WorkerGone)
             and not (
                 isinstance(a, RankOutcome) and (a.status in ("ok", "busy", "stale", "cancelled") or a.peer_failure)
             )
         ]
-        attempt.retry = bool(not_started) and not own_failures and self.stopping in (None, "failed")
-        if self.stopping == "pool-stopped":
-            attempt.status, attempt.stopped_by = JobStatus.CANCELLED, self.stop_message
-            attempt.failure = f"job {self.job_id} was stopped with its pool: {self.stop_message} ({_summary(reports)})"
-            return attempt
-        if self.stopping == "interrupted":
-            attempt.status, attempt.interrupted = JobStatus.CANCELLED, True
-            attempt.failure = f"job {self.job_id} was interrupted; every rank stopped ({_summary(reports)})"
-            return attempt
-        if self.stopping == "timeout":
-            attempt.timed_out = True
-            attempt.failure = self.stop_message
-            return attempt
+        state = AttemptState.NOT_STARTED if not_started and not own_failures else AttemptState.FAILED
+        attempt = AttemptResult(state, ranks)
         died = [self.layout.slot_of(a).rank for a in self.gone if a not in self.killed]
         primary = _primary_failure(reports, self.ended + sorted(died) + [r.rank for r in reports])
         if primary is not None:
@@ -333,7 +303,7 @@ class AttemptWatch:
             report.status = "killed"
             report.error = "did not stop and its worker process was ended"
         else:
-            pid = self.runner.pids.get(address)
+            pid = self.group.pids.get(address)
             report.error = (
                 f"its worker process{f' (pid {pid})' if pid else ''} at {address} died during the job "
                 f"(killed, or out of memory); the pool restarts it"

@@ -381,7 +381,7 @@ def options_from_config(config: GpugeekConfig | None = None) -> KubernetesOption
     config = config or get_config()
     return KubernetesOptions(
         user=current_user(),
-        dask_version=distributed.__version__,
+        dask_version=str(getattr(distributed, "__version__", "unknown")),
         python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
         spot=spot_placement(config),
         idle_timeout_minutes=config.idle_timeout_minutes,
@@ -397,4 +397,4 @@ def render_manifests(spec: PoolSpec) -> str:
     """The YAML that ``--dry-run`` prints: every manifest the launch would create, nothing touched."""
     import yaml
 
-    return yaml.safe_dump_all(manifests_for(spec), sort_keys=False, default_flow_style=False)
+    return str(yaml.safe_dump_all(manifests_for(spec), sort_keys=False, default_flow_style=False))

@@ -77,7 +77,7 @@ def keeping_lost_workers(cluster_class: type) -> type:
     """
     from distributed.deploy.cluster import Cluster
 
-    class PoolCluster(cluster_class):  # type: ignore[valid-type, misc]
+    class PoolCluster(cluster_class):  # type: ignore[misc]
         def _update_worker_status(self, op: str, msg: Any) -> None:
             if op == "remove":
                 Cluster._update_worker_status(self, op, msg)  # the bookkeeping, without SpecCluster's hard close

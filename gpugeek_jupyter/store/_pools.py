@@ -80,7 +80,8 @@ class PoolQueries(Database):
         dashboard_link: str | None | Keep = KEEP,
     ) -> None:
         """Move a pool to ``status`` (``ready`` stamps ``ready_at``); a final status sets ``ended_at``
-        (default now) and closes the pool's open worker intervals and pending or running jobs there.
+        (default now) and closes the pool's open worker intervals and pending or running jobs there
+        (``cancelled`` by a stop, ``failed`` with a failed or lost pool, with ``reason`` when given).
 
         ``reason`` (when given) replaces the pool's reason and is recorded as an event; the addresses
         change only when passed (``None`` clears them).
@@ -118,10 +119,12 @@ class PoolQueries(Database):
                     " WHERE pool_id = ? AND stopped_at IS NULL",
                     (end, f"pool {status.value}", pool_id),
                 )
+                # a job still open when its pool ends: cancelled by a stop, failed with a failed or lost pool
+                ended_job = JobStatus.CANCELLED if status is PoolStatus.STOPPED else JobStatus.FAILED
                 db.execute(
                     "UPDATE jobs SET status = ?, ended_at = ?, failure_reason = COALESCE(failure_reason, ?)"
                     " WHERE pool_id = ? AND status IN ('pending', 'running')",
-                    (JobStatus.FAILED.value, end, f"pool {status.value}", pool_id),
+                    (ended_job.value, end, reason or f"pool {status.value}", pool_id),
                 )
             if reason:
                 db.execute(

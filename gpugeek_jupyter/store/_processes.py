@@ -19,6 +19,6 @@ def process_is_alive(pid: int, started_at: float) -> bool:
 
     try:
         proc = psutil.Process(pid)
-        return abs(proc.create_time() - started_at) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+        return bool(abs(proc.create_time() - started_at) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False

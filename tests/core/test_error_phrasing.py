@@ -227,7 +227,7 @@ def test_env_that_is_not_a_mapping_is_named_with_its_value() -> None:
 
 def test_job_options_are_phrased_as_keywords_or_flags() -> None:
     from gpugeek_jupyter.jobs.payload import ScriptCode
-    from gpugeek_jupyter.jobs.runner import JobRequest
+    from gpugeek_jupyter.jobs.request import JobRequest
 
     code = ScriptCode(path="train.py", abspath="/tmp/train.py", source="", args=(), cwd="/tmp")
     for options, python, magic in (

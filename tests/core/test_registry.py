@@ -67,8 +67,24 @@ def test_final_status_closes_worker_intervals_and_running_jobs(tmp_path: Path) -
     [interval] = registry.worker_intervals(pool.id)
     assert interval.stopped_at is not None and interval.stop_reason == "pool failed"
     job = registry.job("j1")
-    assert job.status is JobStatus.FAILED and job.failure_reason == "pool failed"
+    assert job.status is JobStatus.FAILED and job.failure_reason == "boom"
     assert registry.events(pool.id)[-1]["message"] == "boom"
+
+
+def test_a_stop_cancels_the_jobs_still_open_with_the_stops_reason(tmp_path: Path) -> None:
+    clock = iter(range(100, 1000, 10)).__next__
+    registry = Registry(tmp_path / "r.sqlite", clock=lambda: float(clock()))
+    pool = registry.add_pool("dev", "local", {}, {}, owner="me")
+    registry.add_job("j1", pool.id, "dev", "cell", "abc", ranks=1)
+    registry.add_job("j2", pool.id, "dev", "cell", "abc", ranks=1)
+    registry.finish_job("j2", status=JobStatus.SUCCEEDED, restarts=0, rank_exits=[0], failure_reason=None, summary={})
+    registry.set_pool_status(pool.id, PoolStatus.STOPPED, reason="budget spent")
+    assert (registry.job("j1").status, registry.job("j1").failure_reason) == (JobStatus.CANCELLED, "budget spent")
+    assert registry.job("j2").status is JobStatus.SUCCEEDED  # an ended job keeps its status
+    other = registry.add_pool("other", "local", {}, {}, owner="me")
+    registry.add_job("j3", other.id, "other", "cell", "abc", ranks=1)
+    registry.set_pool_status(other.id, PoolStatus.STOPPED)
+    assert (registry.job("j3").status, registry.job("j3").failure_reason) == (JobStatus.CANCELLED, "pool stopped")
 
 
 def test_pool_of_a_dead_owner_is_marked_lost_with_cost_ending_at_its_last_heartbeat(tmp_path: Path) -> None:

@@ -120,7 +120,7 @@ def test_importing_the_job_modules_imports_neither_torch_nor_dask() -> None:
     import sys
 
     code = (
-        "import sys, gpugeek_jupyter, gpugeek_jupyter.jobs, gpugeek_jupyter.jobs.runner, gpugeek_jupyter.client\n"
+        "import sys, gpugeek_jupyter, gpugeek_jupyter.jobs, gpugeek_jupyter.jobs.agent, gpugeek_jupyter.client\n"
         "import gpugeek_jupyter.magics.run\n"
         "print(sorted(m for m in ('torch', 'dask', 'distributed') if m in sys.modules))"
     )

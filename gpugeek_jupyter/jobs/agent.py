@@ -1,0 +1,263 @@
+"""The jobs agent: runs a job on every worker of a pool, one rank per worker, attempt by attempt.
+
+Modelled on torchelastic's ``SimpleElasticAgent``: :meth:`JobAgent.run` owns the loop (wait for the
+workers, build the process group when needed, launch the ranks, watch them, decide from the
+attempt's :class:`~.state.AttemptState` whether to run again) and leaves each step to a module of
+its own:
+
+- :mod:`.roster`: which workers can take ranks, waiting for lost ones to be replaced;
+- :mod:`.process_group`: a generation of the process group, kept warm between jobs;
+- :mod:`.watch`: one attempt's output, failures, deaths, timeout and interrupt, then its result;
+- :mod:`.record`: the one writer of the job's registry row;
+- :mod:`.transport`: the only module that speaks to dask.
+
+The process group is rebuilt when the workers change, after any failure, and around scripts (they
+build their own; their workers are recycled afterwards, as torchrun starts fresh processes per run).
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
+from . import rank as rank_side
+from .payload import OUTPUT_TOPIC, RankJob
+from .process_group import ProcessGroup, ProcessGroupBuilder
+from .record import JobRecord
+from .request import JobRequest, new_job_id
+from .result import JobResult
+from .roster import WorkerRoster
+from .state import AttemptResult, AttemptState
+from .transport import Events, PoolTransport
+from .watch import AttemptWatch, OutputCallback
+
+if TYPE_CHECKING:
+    from ..pools import Pool
+
+log = logging.getLogger(__name__)
+
+NoticeCallback = Callable[[str], None]
+
+NOT_STARTED_RETRIES = 2  # an attempt that met a rebuilt group or a vanished worker runs again this often
+STOP_JOB_WAIT_S = 15.0  # a stopping pool waits this long for its running job to end
+
+
+class JobAgent:
+    """Runs jobs on one pool, one at a time, keeping its process group warm between them."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.client = pool.client
+        self.transport = PoolTransport(pool.client, pool.name)
+        self.roster = WorkerRoster(pool, self.transport, self._worker_removed)
+        self.groups = ProcessGroupBuilder(pool, self.transport, self.roster)
+        self.group: ProcessGroup | None = None
+        self._lock = threading.Lock()
+        self._events: dict[str, Events] = {}  # job id -> what its watch hears
+        self._subscribed = False
+
+    # -- public --------------------------------------------------------------------------------
+    def run(
+        self,
+        request: JobRequest,
+        on_output: OutputCallback | None = None,
+        on_notice: NoticeCallback | None = None,
+    ) -> JobResult:
+        """Run ``request`` on every worker; the result also when the job failed.
+
+        A ``KeyboardInterrupt`` (the notebook's interrupt) stops the job on every rank and returns a
+        ``cancelled`` result.
+        """
+        request.validate()
+        with self._lock:
+            return self._run(request, on_output or (lambda rank, stream, text: None), on_notice or log.info)
+
+    def end_job_before_stop(self, reason: str, timeout: float) -> bool:
+        """Stop the running job, if any, because the pool is stopping; True once no job runs.
+
+        The job's ranks are cancelled, then their workers ended when they do not stop (as for an
+        interrupt), so even code that swallows exceptions and ignores signals ends; the job is
+        recorded as cancelled with ``reason``.
+        """
+        for events in list(self._events.values()):
+            events.put(("pool-stopping", reason))
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        self._lock.release()
+        self.roster.wait_for_restarts()
+        return True
+
+    # -- the loop ------------------------------------------------------------------------------
+    def _run(self, request: JobRequest, on_output: OutputCallback, on_notice: NoticeCallback) -> JobResult:
+        job_id = new_job_id()
+        started = time.monotonic()
+        deadline = started + request.timeout if request.timeout else None
+        record = JobRecord(self.pool, job_id, request)
+        events: Events = queue.Queue()
+        self._events[job_id] = events
+        outputs: dict[int, list[str]] = {}
+        restarts, not_started = 0, 0
+        try:
+            self._subscribe()
+            while True:
+                attempt = self._attempt(job_id, restarts, request, events, deadline, on_output, outputs, record)
+                if attempt.state is AttemptState.NOT_STARTED and not_started < NOT_STARTED_RETRIES:
+                    not_started += 1
+                    continue
+                if not attempt.state.restartable or restarts >= request.max_restarts:
+                    break
+                restarts += 1
+                on_notice(f"job {job_id}: restarting ({restarts}/{request.max_restarts}) after {attempt.failure}")
+        except JobFailedError as e:  # the pool could not give us workers
+            attempt = AttemptResult(AttemptState.FAILED, failure=str(e))
+            record.started(int(self.pool.spec.count))
+        except KeyboardInterrupt:  # while waiting for workers, before any rank started
+            attempt = AttemptResult(AttemptState.INTERRUPTED, failure=f"job {job_id} was interrupted before it started")
+        except BaseException as e:
+            record.crashed(e)
+            raise
+        finally:
+            self._events.pop(job_id, None)
+        reports = attempt.reports()
+        result = JobResult(
+            job_id=job_id,
+            pool=self.pool.name,
+            kind=request.kind,
+            status=attempt.status,
+            returncodes=[r.exit_code for r in reports],
+            values=attempt.values_in_rank_order(),
+            duration_s=time.monotonic() - started,
+            restarts=restarts,
+            failure=attempt.failure,
+            failed_rank=attempt.failed_rank,
+            traceback=attempt.traceback,
+            timed_out=attempt.state is AttemptState.TIMED_OUT,
+            ranks=reports,
+            output=["".join(outputs.get(r.rank, [])) for r in reports],
+        )
+        record.finished(result)
+        return result
+
+    def _attempt(
+        self,
+        job_id: str,
+        attempt_no: int,
+        request: JobRequest,
+        events: Events,
+        deadline: float | None,
+        on_output: OutputCallback,
+        outputs: dict[int, list[str]],
+        record: JobRecord,
+    ) -> AttemptResult:
+        layout, changed = self.roster.ready_layout()
+        if changed or request.kind == "script" or self.group is None:
+            self.group = self.groups.build(layout)
+        group = self.group
+        job = RankJob(
+            job_id=job_id,
+            attempt=attempt_no,
+            max_restarts=request.max_restarts,
+            generation=group.generation,
+            backend=group.backend,
+            master_addr=group.layout.master.host,
+            master_port=group.master_port,
+            code=request.code,
+            amp=request.amp,
+            stream=request.stream,
+            launch=secrets.token_hex(4),
+            cuda_visible=dict(group.cuda_visible),
+            env=dict(request.env),
+            pool=self.pool.name,
+        )
+        blob = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)  # plain data; names are cloudpickled inside
+        watch = AttemptWatch(
+            self.transport,
+            self.roster,
+            group,
+            job_id,
+            job.launch,
+            events,
+            deadline,
+            request.timeout,
+            on_output,
+            outputs,
+        )
+        try:
+            self.transport.launch(events, group.layout.addresses, rank_side.run_rank, blob)
+            record.started(group.layout.world_size)
+        except KeyboardInterrupt:
+            watch.interrupt()
+        watch.wait()
+        attempt = watch.outcome()
+        if not attempt.ok or request.kind == "script":  # a script's group is gone with it
+            self.group = None
+        if watch.gone:
+            self.roster.mark_dead(watch.gone)
+        if request.kind == "script":  # fresh processes for the next job, as torchrun starts them per run
+            self.roster.restart(set(group.layout.addresses) - watch.gone, "a script ran in them")
+        return attempt
+
+    # -- events --------------------------------------------------------------------------------
+    def _subscribe(self) -> None:
+        """Receive rank output (confirmed, so that no early output is missed)."""
+        if not self._subscribed:
+            self.transport.subscribe(OUTPUT_TOPIC, self._dispatch)
+            self._subscribed = True
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        events = self._events.get(message.get("job", ""))
+        if events is not None:
+            events.put(("ended" if "ended" in message else "out", message))
+
+    def _worker_removed(self, address: str) -> None:
+        for events in list(self._events.values()):
+            events.put(("removed", address))
+
+
+# -- one agent per pool ----------------------------------------------------------------------------
+_agents: dict[int, JobAgent] = {}
+_agents_lock = threading.Lock()
+
+
+def end_jobs_before_stop(manager: Any, pool: Pool, reason: str) -> None:
+    """The pool's running job ends, recorded with ``reason``, before its workers go (else it would
+    fail as if its workers had died)."""
+    with _agents_lock:
+        agent = _agents.get(pool.id)
+    if agent is not None and not agent.end_job_before_stop(reason, timeout=STOP_JOB_WAIT_S):
+        log.warning(
+            "pool %s: its job did not end within %.0f s of the stop; stopping the pool anyway",
+            pool.name,
+            STOP_JOB_WAIT_S,
+        )
+
+
+def agent_for(pool: Pool) -> JobAgent:
+    """The agent of ``pool`` in this process (made on first use, remade if the pool's client changed)."""
+    with _agents_lock:
+        agent = _agents.get(pool.id)
+        if agent is not None and agent.client is pool.client and pool.client.status == "running":
+            return agent
+    if not pool.status.is_live or pool.client.status != "running":
+        raise GpugeekError(
+            Phrase(
+                "pool {name} is {status}; {launch}",
+                name=Value(pool.name),
+                status=pool.status.value,
+                launch=PerSurface(
+                    core="launch a new one",
+                    magic="launch a new one with %gpugeek_launch",
+                    python="launch a new one with gpugeek_jupyter.launch(...)",
+                ),
+            )
+        )
+    with _agents_lock:
+        agent = _agents[pool.id] = JobAgent(pool)
+        return agent

@@ -1,0 +1,64 @@
+"""The one writer of a job's row in the registry while its pool is live.
+
+A row is created when the job's ranks start (or when the pool could not give it workers) and ended
+once, with the job's final status. A stop of the pool reaches the job through the pool's before-stop
+event, so the job ends ``cancelled`` with the stop's reason before its workers go; the store closes
+what is still open when a pool ends (``cancelled`` for a stop, ``failed`` for a failed or lost pool).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..store import JobStatus
+from .request import JobRequest
+from .result import JobResult
+
+if TYPE_CHECKING:
+    from ..pools import Pool
+
+
+class JobRecord:
+    """The registry row of one job of ``pool``."""
+
+    def __init__(self, pool: Pool, job_id: str, request: JobRequest) -> None:
+        self.registry = pool.registry  # the registry that holds this pool's row
+        self.pool = pool
+        self.job_id = job_id
+        self.request = request
+        self.written = False
+
+    def started(self, world_size: int) -> None:
+        """The ranks were launched (idempotent: a restart keeps the row)."""
+        if self.written:
+            return
+        self.registry.add_job(
+            self.job_id,
+            self.pool.id,
+            self.pool.name,
+            self.request.kind,
+            self.request.sha256,
+            world_size,
+            self.request.hyperparams,
+        )
+        self.written = True
+
+    def finished(self, result: JobResult) -> None:
+        """The job's final status, restarts, per-rank exits and why it failed."""
+        if not self.written:
+            return
+        self.registry.finish_job(
+            self.job_id,
+            status=result.status,
+            restarts=result.restarts,
+            rank_exits=result.returncodes,
+            failure_reason=result.failure,
+            summary={"duration_s": round(result.duration_s, 4), "failed_rank": result.failed_rank},
+        )
+
+    def crashed(self, error: BaseException) -> None:
+        """The driver itself failed: the row must not stay ``running``."""
+        if self.written:
+            self.registry.set_job_status(
+                self.job_id, JobStatus.FAILED, failure_reason=f"{type(error).__name__}: {error}"
+            )

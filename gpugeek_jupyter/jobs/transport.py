@@ -1,0 +1,236 @@
+"""The jobs' one door to dask: calls to a pool's workers, their answers, events, restarts.
+
+Everything else in :mod:`gpugeek_jupyter.jobs` speaks to workers through :class:`PoolTransport`, so
+this is the only module that knows how dask carries a call. A rank is started with the worker's own
+``run`` handler (the one ``client.run`` reaches through the scheduler) called directly on the
+worker, one hop less each way, and through the scheduler when this process cannot reach the worker
+(a pool attached across networks). Output and failures travel as dask events
+(``Worker.log_event`` / ``Client.subscribe_topic``); the scheduler's ``remove-worker`` event on a
+worker's own topic says at once that it died. Only the pool's ``Client`` is needed, never the cluster
+object: the same code drives a pool this process launched and one attached by address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DIRECT_CONNECT_S = 5.0  # a worker not reachable within this is called through the scheduler
+SUBSCRIBE_CONFIRM_S = 10.0  # how long a new subscription may take to deliver its probe
+
+Events = queue.Queue[tuple[str, Any]]
+EventHandler = Callable[[dict[str, Any]], None]
+
+
+class WorkerGone(ConnectionError):
+    """A worker could not be reached to start the job: it went away since the last job."""
+
+
+def is_comm_error(error: BaseException) -> bool:
+    """The call failed on the way (the worker went away), not in the called function."""
+    from distributed.comm.core import CommClosedError
+
+    return isinstance(error, CommClosedError | OSError | asyncio.TimeoutError)
+
+
+def lacks_package(answer: Any) -> bool:
+    """The worker could not even load our function (dask passes the error on as its text)."""
+    return isinstance(answer, Exception) and "No module named 'gpugeek_jupyter" in str(answer)
+
+
+def _post_answer(events: Events, address: str, future: Any) -> None:
+    try:
+        answer = future.result()
+    except BaseException as e:  # the worker died, or could not be reached at all
+        answer = e
+    events.put(("done", (address, answer)))
+
+
+def _name(function: Callable[..., Any]) -> str:
+    return str(getattr(function, "__name__", function))
+
+
+class PoolTransport:
+    """Calls to the workers of one pool's ``client``; safe to use from any thread but the client's loop."""
+
+    def __init__(self, client: Any, pool_name: str) -> None:
+        self.client = client
+        self.pool_name = pool_name
+        self._unreachable: set[str] = set()  # workers this process cannot connect to directly
+        self._reached: set[str] = set()  # workers it has connected to
+        self._followed: set[str] = set()  # workers whose removal we hear of
+        self._tasks: set[asyncio.Future[Any]] = set()  # running calls (asyncio keeps only weak references)
+        self._restarts = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpugeek-restart")
+
+    @property
+    def usable(self) -> bool:
+        return bool(self.client.status == "running")
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop of the pool's client, where its comms live."""
+        return self.client.loop.asyncio_loop  # type: ignore[no-any-return]
+
+    # -- calls ---------------------------------------------------------------------------------
+    def launch(self, events: Events, addresses: list[str], function: Callable[..., Any], *args: Any) -> None:
+        """Run ``function(*args)`` on each worker; each answer (or the error that replaced it when
+        the worker died) arrives on ``events`` as ``("done", (address, answer))``."""
+
+        async def launch_all() -> None:  # one wake-up of the event loop for all ranks
+            for address in addresses:
+                task = asyncio.ensure_future(self._call(address, function, *args))
+                task.add_done_callback(functools.partial(_post_answer, events, address))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+        asyncio.run_coroutine_threadsafe(launch_all(), self._loop())
+
+    async def _call(self, address: str, function: Callable[..., Any], *args: Any) -> Any:
+        from distributed.core import clean_exception, send_recv
+        from distributed.protocol.pickle import dumps
+
+        if address not in self._unreachable:
+            try:
+                connecting = self.client.rpc.connect(address)
+                # a worker reached before answers at once (pooled connection); a new one gets a deadline
+                comm = await (
+                    connecting if address in self._reached else asyncio.wait_for(connecting, DIRECT_CONNECT_S)
+                )
+            except (OSError, asyncio.TimeoutError) as e:
+                if address in self._reached:  # it was reachable: it went away before the job reached it
+                    raise WorkerGone(f"worker {address} is gone ({e})") from e
+                log.info(
+                    "pool %s: worker %s not reachable directly (%s); going through the scheduler",
+                    self.pool_name,
+                    address,
+                    e,
+                )
+                self._unreachable.add(address)
+            else:
+                self._reached.add(address)
+                try:
+                    response = await send_recv(
+                        comm, op="run", function=dumps(function), args=dumps(args), kwargs=dumps({}), wait=True
+                    )
+                finally:
+                    self.client.rpc.reuse(address, comm)
+                if response["status"] == "OK":
+                    return response["result"]
+                _, error, tb = clean_exception(**response)
+                raise (error or RuntimeError(str(response))).with_traceback(tb)
+        answers = await self.client.run(function, *args, workers=[address], on_error="raise", asynchronous=True)
+        return answers[address]
+
+    def fire(self, function: Callable[..., Any], addresses: list[str], *args: Any) -> None:
+        """Run ``function`` on workers without waiting for the answers."""
+        if addresses:
+            coroutine = self.client.run(function, *args, workers=addresses, on_error="ignore", asynchronous=True)
+            asyncio.run_coroutine_threadsafe(coroutine, self._loop())
+
+    def ask(
+        self, function: Callable[..., Any], addresses: list[str], *args: Any, timeout: float = 3.0
+    ) -> dict[str, Any]:
+        """Run ``function`` on workers and wait (at most ``timeout`` s) for their answers.
+
+        Each worker is asked on its own, so one that cannot answer (frozen, gone) is only missing
+        from the answers instead of hiding the others'.
+        """
+
+        async def ask_each() -> dict[str, Any]:
+            calls = {
+                a: asyncio.ensure_future(
+                    self.client.run(function, *args, workers=[a], on_error="return", asynchronous=True)
+                )
+                for a in addresses
+            }
+            done, pending = await asyncio.wait(calls.values(), timeout=timeout)
+            for call in pending:
+                call.cancel()
+            answers: dict[str, Any] = {}
+            for call in done:
+                if call.exception() is None:
+                    answers.update(call.result())
+            return answers
+
+        if not addresses:
+            return {}
+        future = asyncio.run_coroutine_threadsafe(ask_each(), self._loop())
+        try:
+            answers = future.result(timeout=timeout + 5.0)
+        except Exception as e:
+            log.info("workers did not answer %s: %s", _name(function), e)
+            return {}
+        if len(answers) < len(addresses):
+            log.info(
+                "workers %s did not answer %s within %.0f s",
+                sorted(set(addresses) - set(answers)),
+                _name(function),
+                timeout,
+            )
+        return answers
+
+    # -- the workers ---------------------------------------------------------------------------
+    def live_workers(self) -> dict[str, dict[str, Any]]:
+        """The scheduler's workers: address -> its ``scheduler_info`` entry."""
+        workers: dict[str, dict[str, Any]] = self.client.scheduler_info(n_workers=-1).get("workers", {})
+        return workers
+
+    def restart_workers(self, addresses: list[str], timeout: float) -> concurrent.futures.Future[None]:
+        """Have the nannies restart these workers (ending them outright if they do not stop in
+        ``timeout``); the future fails when they could not be restarted (e.g. workers without a nanny)."""
+
+        def restart() -> None:
+            self.client.restart_workers(workers=addresses, timeout=timeout, raise_for_error=False)
+
+        return self._restarts.submit(restart)
+
+    def upload_package(self, archive: str) -> None:
+        """Put a zip on every worker's ``sys.path``, also on workers that join later."""
+        self.client.upload_file(archive)
+
+    # -- events --------------------------------------------------------------------------------
+    def subscribe(self, topic: str, handler: EventHandler) -> None:
+        """Deliver the messages of ``topic`` to ``handler``; returns once a probe sent after the
+        subscription came back, so that no event logged from now on is missed."""
+        probe = f"probe-{secrets.token_hex(4)}"
+        arrived = threading.Event()
+
+        def receive(event: tuple[float, Any]) -> None:
+            _, message = event
+            if isinstance(message, dict):
+                if message.get("probe") == probe:
+                    arrived.set()
+                else:
+                    handler(message)
+
+        self.client.subscribe_topic(topic, receive)
+        deadline = time.monotonic() + SUBSCRIBE_CONFIRM_S
+        while time.monotonic() < deadline:
+            self.client.log_event(topic, {"probe": probe})
+            if arrived.wait(0.05):
+                return
+        log.info("pool %s: the subscription to %s was not confirmed", self.pool_name, topic)
+
+    def follow_removals(self, addresses: list[str], on_removed: Callable[[str], None]) -> None:
+        """Call ``on_removed(address)`` the moment the scheduler removes one of these workers (its own
+        event topic); workers no longer listed are no longer followed."""
+
+        def receive(address: str, event: tuple[float, Any]) -> None:
+            _, message = event
+            if isinstance(message, dict) and message.get("action") == "remove-worker":
+                on_removed(address)
+
+        for address in self._followed - set(addresses):
+            self.client.unsubscribe_topic(address)
+        for address in set(addresses) - self._followed:
+            self.client.subscribe_topic(address, functools.partial(receive, address))
+        self._followed = set(addresses)
