@@ -11,7 +11,8 @@ import {
   IJobModel,
   ILaunchRequest,
   IPoolMetrics,
-  IPoolModel
+  IPoolModel,
+  IPoolPage
 } from './models';
 
 /** Sends a request to a path relative to the server's base URL. */
@@ -46,6 +47,22 @@ export class GpugeekApi {
   async listPools(): Promise<IPoolModel[]> {
     const body = await this.call<{ pools: IPoolModel[] }>('GET', 'pools');
     return body.pools;
+  }
+
+  /**
+   * One page of history, newest first: every ended record with an id below
+   * `before` (from the top without it); `next` is the following page's `before`.
+   */
+  async listEndedPools(before: number | null, limit: number): Promise<IPoolPage> {
+    const query = new URLSearchParams({ state: 'ended', limit: String(limit) });
+    if (before !== null) {
+      query.set('before', String(before));
+    }
+    const body = await this.call<{ pools: IPoolModel[]; next?: number | null }>(
+      'GET',
+      `pools?${query.toString()}`
+    );
+    return { pools: body.pools, next: body.next ?? null };
   }
 
   async launchPool(launch: ILaunchRequest): Promise<IPoolModel> {

@@ -148,3 +148,38 @@ export function hyperparamRows(hyperparams: Record<string, unknown> | null | und
       return [key, typeof value === 'string' ? value : JSON.stringify(value)];
     });
 }
+
+/**
+ * How long ago `iso` was, coarsely (`just now`, `5 min ago`, `3 h ago`,
+ * `2 d ago`): coarse so a row redraws at most once a minute. A dash for
+ * unknown; a time in the future (clock skew) counts as just now.
+ */
+export function formatAgo(iso: string | null | undefined, now: number): string {
+  if (!iso) {
+    return '–';
+  }
+  const then = new Date(iso).getTime();
+  if (Number.isNaN(then)) {
+    return iso;
+  }
+  const minutes = Math.floor(Math.max(0, now - then) / 60_000);
+  if (minutes < 1) {
+    return 'just now';
+  }
+  if (minutes < 60) {
+    return `${minutes} min ago`;
+  }
+  const hours = Math.floor(minutes / 60);
+  if (hours < 48) {
+    return `${hours} h ago`;
+  }
+  return `${Math.floor(hours / 24)} d ago`;
+}
+
+/** The first non-empty line of `text`, cut to `max` characters with an ellipsis. */
+export function firstLine(text: string, max = 120): string {
+  const line = text.split('\n').find(part => part.trim() !== '')?.trim() ?? '';
+  const more = line.length > max || text.trim() !== line;
+  const cut = line.length > max ? line.slice(0, max - 1).trimEnd() : line;
+  return more ? `${cut}…` : cut;
+}

@@ -55,6 +55,13 @@ export interface IPoolModel {
   reason: string | null;
 }
 
+/** `GET /gpugeek/pools?state=ended`: one page of history. */
+export interface IPoolPage {
+  pools: IPoolModel[];
+  /** The `before` of the next page; null on the last one. */
+  next: number | null;
+}
+
 /** One distributed job, as `GET /gpugeek/jobs` lists it. */
 export interface IJobModel {
   id: string;

@@ -1,6 +1,8 @@
 /**
- * The "GPU pools" side panel: pools, the launch form and jobs, refreshed
- * by one Lumino `Poll` that backs off while the server does not answer.
+ * The "GPU pools" side panel: live pools first, the day's ended pools in a
+ * collapsed "Recent" section with older history a "Show more" away, the
+ * launch form and jobs; refreshed by one Lumino `Poll` that backs off while
+ * the server does not answer.
  */
 
 import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
@@ -15,7 +17,15 @@ import { h, KeyedList } from './dom';
 import { renderJobRow } from './jobView';
 import { LaunchForm } from './launchForm';
 import { IJobModel, IPoolMetrics, IPoolModel } from './models';
-import { renderPoolRow } from './poolView';
+import {
+  buildPoolsView,
+  HISTORY_PAGE_SIZE,
+  HistoryPager,
+  IEndedPoolRow,
+  ILivePoolRow,
+  poolKey
+} from './poolsView';
+import { renderEndedRow, renderPoolRow } from './poolView';
 import { OutageMonitor } from './state';
 
 export const PANEL_ID = 'gpugeek-sidebar';
@@ -37,11 +47,27 @@ export class GpugeekPanel extends Widget {
   private readonly _poll: Poll;
   private readonly _outage = new OutageMonitor();
   private readonly _outageNode: HTMLElement;
-  private readonly _pools: KeyedList<IPoolModel>;
+  private readonly _pools: KeyedList<ILivePoolRow>;
+  private readonly _recent: KeyedList<IEndedPoolRow>;
+  private readonly _older: KeyedList<IEndedPoolRow>;
   private readonly _jobs: KeyedList<IJobModel>;
   private readonly _poolsEmpty: HTMLElement;
+  private readonly _recentEmpty: HTMLElement;
+  private readonly _recentToggle: HTMLButtonElement;
+  private readonly _recentSummary: HTMLElement;
+  private readonly _recentBody: HTMLElement;
+  private readonly _olderHeading: HTMLElement;
+  private readonly _historyError: HTMLElement;
+  private readonly _historyEnd: HTMLElement;
+  private readonly _showMore: HTMLButtonElement;
   private readonly _jobsEmpty: HTMLElement;
   private readonly _form: LaunchForm;
+  private readonly _history: HistoryPager;
+  /** The last default listing (live and recently ended pools), with Stop and launch answers applied. */
+  private _listed: IPoolModel[] = [];
+  private _jobModels: IJobModel[] = [];
+  private _recentOpen = false;
+  private readonly _expandedEnded = new Set<string>();
   private readonly _expandedPools = new Set<string>();
   private readonly _poolMetrics = new Map<string, IPoolMetrics>();
   private readonly _stoppingPools = new Set<string>();
@@ -59,15 +85,58 @@ export class GpugeekPanel extends Widget {
 
     this._outageNode = h('div', { class: 'gpugeek-outage', attrs: { role: 'alert', hidden: '' } });
     const poolList = h('div', { class: 'gpugeek-pool-list' });
+    const recentList = h('div', { class: 'gpugeek-ended-list gpugeek-recent-list' });
+    const olderList = h('div', { class: 'gpugeek-ended-list gpugeek-older-list' });
     const jobList = h('div', { class: 'gpugeek-job-list' });
     this._poolsEmpty = h('div', {
       class: 'gpugeek-empty gpugeek-muted',
-      text: 'No pools yet. Launch one below, or from a notebook.'
+      text: 'No live pools. Launch one below, or from a notebook.'
+    });
+    this._recentEmpty = h('div', {
+      class: 'gpugeek-empty gpugeek-muted',
+      text: 'No pool ended in the last 24 h.'
     });
     this._jobsEmpty = h('div', { class: 'gpugeek-empty gpugeek-muted', text: 'No jobs yet.' });
-    this._pools = new KeyedList(poolList, pool => pool.name, pool => this._renderPool(pool));
+    this._pools = new KeyedList(poolList, row => row.pool.name, row => this._renderPool(row));
+    this._recent = new KeyedList(recentList, row => row.key, row => this._renderEnded(row));
+    this._older = new KeyedList(olderList, row => row.key, row => this._renderEnded(row));
     this._jobs = new KeyedList(jobList, job => job.id, job => this._renderJob(job));
     this._form = new LaunchForm({ api: this.api, onLaunched: pool => this._onLaunched(pool) });
+    this._history = new HistoryPager(before => this.api.listEndedPools(before, HISTORY_PAGE_SIZE));
+
+    this._recentSummary = h('span', { class: 'gpugeek-recent-summary' });
+    this._recentToggle = h(
+      'button',
+      {
+        class: 'gpugeek-recent-toggle',
+        title: 'Show or hide the pools that ended in the last 24 h',
+        attrs: { 'aria-expanded': 'false', 'aria-controls': `${PANEL_ID}-recent` },
+        on: { click: () => this._toggleRecent() }
+      },
+      [h('span', { class: 'gpugeek-caret', attrs: { 'aria-hidden': 'true' } }), 'Recent', this._recentSummary]
+    );
+    this._olderHeading = h('div', { class: 'gpugeek-subheading gpugeek-older-heading', text: 'Older' });
+    this._historyError = h('div', { class: 'gpugeek-history-error', attrs: { role: 'alert' } });
+    this._historyEnd = h('div', { class: 'gpugeek-history-end gpugeek-muted', text: 'No older pools.' });
+    this._showMore = h('button', {
+      class: 'jp-mod-styled gpugeek-show-more',
+      text: 'Show more',
+      title: 'Load older pools from the history',
+      on: { click: () => void this.showMoreHistory() }
+    });
+    this._recentBody = h(
+      'div',
+      { class: 'gpugeek-recent-body', attrs: { id: `${PANEL_ID}-recent`, hidden: '' } },
+      [
+        this._recentEmpty,
+        recentList,
+        this._olderHeading,
+        olderList,
+        this._historyError,
+        this._historyEnd,
+        this._showMore
+      ]
+    );
 
     this.node.appendChild(
       h('div', { class: 'gpugeek-panel-content' }, [
@@ -81,10 +150,14 @@ export class GpugeekPanel extends Widget {
           })
         ]),
         this._outageNode,
-        h('section', { class: 'gpugeek-section gpugeek-pools' }, [
-          h('h3', { text: 'Pools' }),
+        // Live pools come straight under the header: they are what costs money now.
+        h('section', { class: 'gpugeek-section gpugeek-pools', attrs: { 'aria-label': 'Live pools' } }, [
           this._poolsEmpty,
           poolList
+        ]),
+        h('section', { class: 'gpugeek-section gpugeek-recent' }, [
+          h('h3', {}, [this._recentToggle]),
+          this._recentBody
         ]),
         h('section', { class: 'gpugeek-section gpugeek-launch' }, [
           h('h3', { text: 'Launch a pool' }),
@@ -141,6 +214,7 @@ export class GpugeekPanel extends Widget {
     try {
       const pool = await this.api.stopPool(name);
       this._stoppingPools.delete(name);
+      // An ended pool leaves the live cards for a row in Recent.
       this._upsertPool(pool);
       return true;
     } catch (error) {
@@ -151,6 +225,20 @@ export class GpugeekPanel extends Widget {
     } finally {
       void this.refresh();
     }
+  }
+
+  /** Load older ended pools into Recent ("Show more"). */
+  async showMoreHistory(): Promise<void> {
+    const shown = new Set([...this._listed, ...this._history.pools].map(poolKey));
+    const loading = this._history.loadMore(pool => !shown.has(poolKey(pool)));
+    this._historyError.textContent = '';
+    this._showHistoryState();
+    try {
+      await loading;
+    } catch (error) {
+      this._historyError.textContent = `Could not load older pools: ${(error as Error).message}`;
+    }
+    this._showPools();
   }
 
   dispose(): void {
@@ -181,8 +269,9 @@ export class GpugeekPanel extends Widget {
     if (this._outage.succeed()) {
       this._showOutage();
     }
-    this._showPools(pools);
+    this._listed = pools;
     this._showJobs(jobs);
+    this._showPools();
     if (!this._form.catalog) {
       void this._loadCatalog();
     }
@@ -204,17 +293,46 @@ export class GpugeekPanel extends Widget {
     this._outageNode.hidden = false;
   }
 
-  private _showPools(pools: IPoolModel[]): void {
-    const names = new Set(pools.map(pool => pool.name));
+  /** Draw the pools from the last listing, the jobs and the history loaded so far. */
+  private _showPools(): void {
+    const view = buildPoolsView(this._listed, this._jobModels, this._history.pools, Date.now());
+    const live = new Set(view.live.map(row => row.pool.name));
     for (const name of [...this._expandedPools]) {
-      if (!names.has(name)) {
+      if (!live.has(name)) {
         this._expandedPools.delete(name);
         this._poolMetrics.delete(name);
       }
     }
-    this._pools.update(pools);
-    this._poolsEmpty.hidden = pools.length > 0;
-    this._form.setPoolNames([...names]);
+    const ended = new Set([...view.recent, ...view.older].map(row => row.key));
+    for (const key of [...this._expandedEnded]) {
+      if (!ended.has(key)) {
+        this._expandedEnded.delete(key);
+      }
+    }
+    this._pools.update(view.live);
+    this._poolsEmpty.hidden = view.live.length > 0;
+    this._recent.update(view.recent);
+    this._older.update(view.older);
+    this._recentSummary.textContent = view.recentSummary;
+    this._recentEmpty.hidden = view.recent.length > 0;
+    this._olderHeading.hidden = view.older.length === 0;
+    this._showHistoryState();
+    this._form.setPoolNames(this._listed.map(pool => pool.name));
+  }
+
+  private _showHistoryState(): void {
+    const loading = this._history.loading;
+    this._showMore.hidden = this._history.done;
+    this._showMore.disabled = loading;
+    this._showMore.textContent = loading ? 'Loading…' : 'Show more';
+    this._historyEnd.hidden = !this._history.done;
+    this._historyError.hidden = this._historyError.textContent === '';
+  }
+
+  private _toggleRecent(): void {
+    this._recentOpen = !this._recentOpen;
+    this._recentToggle.setAttribute('aria-expanded', String(this._recentOpen));
+    this._recentBody.hidden = !this._recentOpen;
   }
 
   private _showJobs(jobs: IJobModel[]): void {
@@ -222,19 +340,21 @@ export class GpugeekPanel extends Widget {
       this._selectedJob = null;
       this._jobRecord = null;
     }
+    this._jobModels = jobs;
     this._jobs.update(jobs);
     this._jobsEmpty.hidden = jobs.length > 0;
   }
 
   private _upsertPool(pool: IPoolModel): void {
-    const pools = this._pools.items.slice();
+    const pools = this._listed.slice();
     const index = pools.findIndex(candidate => candidate.name === pool.name);
     if (index >= 0) {
       pools[index] = pool;
     } else {
       pools.push(pool);
     }
-    this._showPools(pools);
+    this._listed = pools;
+    this._showPools();
   }
 
   private _onLaunched(pool: IPoolModel): void {
@@ -276,16 +396,31 @@ export class GpugeekPanel extends Widget {
     );
   }
 
-  private _renderPool(pool: IPoolModel): HTMLElement {
+  private _renderPool({ pool, jobs }: ILivePoolRow): HTMLElement {
     return renderPoolRow(
       pool,
       {
         expanded: this._expandedPools.has(pool.name),
         metrics: this._poolMetrics.get(pool.name) ?? null,
-        stopping: this._stoppingPools.has(pool.name)
+        stopping: this._stoppingPools.has(pool.name),
+        jobs
       },
       { commands: this._commands, onToggleDetails: name => this._togglePoolDetails(name) }
     );
+  }
+
+  private _renderEnded(row: IEndedPoolRow): HTMLElement {
+    return renderEndedRow(row, { expanded: this._expandedEnded.has(row.key) }, key =>
+      this._toggleEnded(key)
+    );
+  }
+
+  private _toggleEnded(key: string): void {
+    if (!this._expandedEnded.delete(key)) {
+      this._expandedEnded.add(key);
+    }
+    this._recent.rerender(key);
+    this._older.rerender(key);
   }
 
   private _togglePoolDetails(name: string): void {

@@ -1,5 +1,5 @@
 /**
- * One row of the pools list.
+ * The pools' views: a full card for a live pool, a compact row for an ended one.
  */
 
 import { CommandRegistry } from '@lumino/commands';
@@ -9,6 +9,7 @@ import { h, svg } from './dom';
 import {
   budgetBar,
   formatCapacitySplit,
+  formatDuration,
   formatGpuSummary,
   formatTimestamp,
   formatUsd,
@@ -16,7 +17,8 @@ import {
   formatUtilisation,
   sparklinePoints
 } from './format';
-import { canStopPool, IPoolMetrics, IPoolModel, isLive } from './models';
+import { canStopPool, IJobModel, IPoolMetrics, IPoolModel, isLive } from './models';
+import { IEndedPoolRow } from './poolsView';
 
 const SPARKLINE_WIDTH = 120;
 const SPARKLINE_HEIGHT = 24;
@@ -27,6 +29,8 @@ export interface IPoolRowState {
   metrics: IPoolMetrics | null;
   /** A Stop request is in flight. */
   stopping: boolean;
+  /** Jobs pending or running on the pool. */
+  jobs: readonly IJobModel[];
 }
 
 export interface IPoolRowOptions {
@@ -80,6 +84,8 @@ export function renderPoolRow(
           text: `${pool.workers_ready}/${pool.count} ready`
         })
       ]),
+      state.jobs.length > 0 &&
+        h('div', { class: 'gpugeek-pool-jobs' }, state.jobs.map(renderPoolJob)),
       h('div', {
         class: 'gpugeek-pool-line gpugeek-pool-capacity',
         text: formatCapacitySplit(pool)
@@ -127,6 +133,88 @@ export function renderPoolRow(
         stopButton
       ]),
       state.expanded && renderDetails(pool, state.metrics)
+    ]
+  );
+}
+
+/** A pool card's line for one of its jobs. */
+function renderPoolJob(job: IJobModel): HTMLElement {
+  return h('div', { class: 'gpugeek-pool-job', data: { jobId: job.id }, title: `Job ${job.id}` }, [
+    // Not a .gpugeek-status pill: a card has one status, the pool's.
+    h('span', { class: `gpugeek-pool-job-status gpugeek-pool-job-${job.status}`, text: job.status }),
+    h('span', { class: 'gpugeek-pool-job-id', text: job.id }),
+    h('span', {
+      class: 'gpugeek-pool-job-stats',
+      text: `${job.ranks} rank${job.ranks === 1 ? '' : 's'} · ${formatDuration(job.duration_s)} · ${formatUsd(job.usd)}`
+    })
+  ]);
+}
+
+export interface IEndedRowState {
+  expanded: boolean;
+}
+
+/**
+ * An ended pool in one line (name, status, when it ended, cost) and, for a
+ * failed or lost one, its reason in one more; a click shows the rest. No
+ * actions: nothing runs any more.
+ */
+export function renderEndedRow(
+  row: IEndedPoolRow,
+  state: IEndedRowState,
+  onToggle: (key: string) => void
+): HTMLElement {
+  const { pool } = row;
+  const toggle = (): void => onToggle(row.key);
+  return h(
+    'div',
+    {
+      class: `gpugeek-ended-row gpugeek-pool-${pool.status}${state.expanded ? ' gpugeek-mod-expanded' : ''}`,
+      data: { poolName: pool.name, poolKey: row.key }
+    },
+    [
+      h(
+        'div',
+        {
+          class: 'gpugeek-ended-summary',
+          title: state.expanded ? 'Hide details' : 'Show details',
+          attrs: { role: 'button', tabindex: '0', 'aria-expanded': String(state.expanded) },
+          on: {
+            click: toggle,
+            keydown: event => {
+              if (event.key === 'Enter' || event.key === ' ') {
+                event.preventDefault();
+                toggle();
+              }
+            }
+          }
+        },
+        [
+          h('span', { class: 'gpugeek-ended-name', text: pool.name, title: pool.name }),
+          h('span', { class: `gpugeek-status gpugeek-status-${pool.status}`, text: pool.status }),
+          h('span', { class: 'gpugeek-ended-when', text: row.ended, title: row.endedTitle }),
+          h('span', {
+            class: 'gpugeek-ended-cost',
+            text: formatUsd(pool.usd_so_far),
+            data: { usd: String(pool.usd_so_far) }
+          })
+        ]
+      ),
+      row.reason &&
+        !state.expanded &&
+        h('div', { class: 'gpugeek-ended-reason', text: row.reason, title: pool.reason ?? '' }),
+      state.expanded &&
+        h('div', { class: 'gpugeek-pool-details' }, [
+          renderKeyValues([
+            ['GPUs', formatGpuSummary(pool)],
+            ['Backend', pool.backend],
+            ['Owner', pool.owner],
+            ['Created', formatTimestamp(pool.created_at)],
+            ['Ended', formatTimestamp(pool.ended_at)],
+            ['Cost', formatUsd(pool.usd_so_far)],
+            ...(pool.reason ? [['Reason', pool.reason] as [string, string]] : [])
+          ])
+        ])
     ]
   );
 }

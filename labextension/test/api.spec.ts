@@ -43,6 +43,17 @@ describe('GpugeekApi', () => {
     expect(calls).toEqual([{ path: 'gpugeek/pools', method: 'GET', body: undefined }]);
   });
 
+  it('pages through ended pools with state=ended, limit and the before cursor', async () => {
+    const pool = makePool({ status: 'failed', ended_at: '2026-11-30T09:00:00Z' });
+    const { api, calls } = fakeServer(json({ pools: [pool], next: 41 }), json({ pools: [], next: null }));
+    await expect(api.listEndedPools(null, 25)).resolves.toEqual({ pools: [pool], next: 41 });
+    await expect(api.listEndedPools(41, 25)).resolves.toEqual({ pools: [], next: null });
+    expect(calls.map(call => call.path)).toEqual([
+      'gpugeek/pools?state=ended&limit=25',
+      'gpugeek/pools?state=ended&limit=25&before=41'
+    ]);
+  });
+
   it('launches with a JSON POST body and returns the new pool', async () => {
     const pool = makePool({ status: 'starting' });
     const { api, calls } = fakeServer(json({ pool }, 201));

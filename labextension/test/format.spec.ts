@@ -1,6 +1,8 @@
 import {
   budgetBar,
   estimateUsdPerHour,
+  firstLine,
+  formatAgo,
   formatCapacitySplit,
   formatDuration,
   formatGpuSummary,
@@ -128,5 +130,34 @@ describe('job records', () => {
   it('shortens hashes to 12 digits', () => {
     expect(shortHash('0123456789abcdef')).toBe('0123456789ab');
     expect(shortHash(null)).toBe('–');
+  });
+});
+
+describe('when a pool ended', () => {
+  const now = Date.parse('2026-11-30T12:00:00Z');
+
+  it('says how long ago, coarsely', () => {
+    expect(formatAgo('2026-11-30T11:59:30Z', now)).toBe('just now');
+    expect(formatAgo('2026-11-30T11:55:00Z', now)).toBe('5 min ago');
+    expect(formatAgo('2026-11-30T09:00:00Z', now)).toBe('3 h ago');
+    expect(formatAgo('2026-11-29T00:00:00Z', now)).toBe('36 h ago');
+    expect(formatAgo('2026-11-20T12:00:00Z', now)).toBe('10 d ago');
+  });
+
+  it('treats a time ahead of the clock as just now, and shows a dash for none', () => {
+    expect(formatAgo('2026-11-30T12:05:00Z', now)).toBe('just now');
+    expect(formatAgo(null, now)).toBe('–');
+    expect(formatAgo('not a time', now)).toBe('not a time');
+  });
+});
+
+describe('firstLine', () => {
+  it('keeps a short one-line text as it is', () => {
+    expect(firstLine('no heartbeat for 30 s')).toBe('no heartbeat for 30 s');
+  });
+
+  it('marks a cut with an ellipsis: more lines, or too long', () => {
+    expect(firstLine('\nworker failed\nTraceback ...')).toBe('worker failed…');
+    expect(firstLine('x'.repeat(200), 10)).toBe('xxxxxxxxx…');
   });
 });

@@ -1,0 +1,190 @@
+import { IPoolModel, IPoolPage } from '../src/models';
+import {
+  buildPoolsView,
+  HistoryPager,
+  poolKey,
+  summarizeEnded
+} from '../src/poolsView';
+import { makeJob, makePool } from './fixtures';
+
+const NOW = Date.parse('2026-11-30T12:00:00Z');
+
+function ended(name: string, endedAt: string, overrides: Partial<IPoolModel> = {}): IPoolModel {
+  return makePool({
+    name,
+    status: 'stopped',
+    created_at: '2026-11-29T10:00:00Z',
+    ended_at: endedAt,
+    usd_per_hour: 0,
+    workers_ready: 0,
+    ...overrides
+  });
+}
+
+function live(name: string, createdAt: string): IPoolModel {
+  return makePool({ name, status: 'ready', created_at: createdAt });
+}
+
+describe('buildPoolsView', () => {
+  it('puts live pools first, newest first, whatever order the server listed them in', () => {
+    const listed = [
+      ended('old-run', '2026-11-30T09:00:00Z'),
+      live('first', '2026-11-30T08:00:00Z'),
+      live('second', '2026-11-30T11:00:00Z'),
+      makePool({ name: 'coming-up', status: 'starting', created_at: '2026-11-30T11:30:00Z' }),
+      makePool({ name: 'going', status: 'stopping', created_at: '2026-11-30T07:00:00Z' })
+    ];
+    const view = buildPoolsView(listed, [], [], NOW);
+    expect(view.live.map(row => row.pool.name)).toEqual(['coming-up', 'second', 'first', 'going']);
+    expect(view.recent.map(row => row.pool.name)).toEqual(['old-run']);
+  });
+
+  it('lists ended pools in Recent by when they ended, newest first', () => {
+    const listed = [
+      ended('a', '2026-11-30T06:00:00Z', { created_at: '2026-11-30T05:00:00Z' }),
+      ended('b', '2026-11-30T11:00:00Z', { created_at: '2026-11-30T01:00:00Z' }),
+      ended('c', '2026-11-30T09:00:00Z', { status: 'failed', created_at: '2026-11-30T08:59:00Z' })
+    ];
+    const view = buildPoolsView(listed, [], [], NOW);
+    expect(view.recent.map(row => [row.pool.name, row.ended])).toEqual([
+      ['b', '1 h ago'],
+      ['c', '3 h ago'],
+      ['a', '6 h ago']
+    ]);
+    expect(view.live).toEqual([]);
+  });
+
+  it('gives a live card the jobs running or pending on it, not ended ones or other pools', () => {
+    const pool = live('train', '2026-11-30T10:00:00Z');
+    const jobs = [
+      makeJob({ id: 'run', pool: 'train', status: 'running', started_at: '2026-11-30T11:00:00Z' }),
+      makeJob({ id: 'queued', pool: 'train', status: 'pending', started_at: '2026-11-30T11:50:00Z' }),
+      makeJob({ id: 'done', pool: 'train', status: 'succeeded' }),
+      makeJob({ id: 'elsewhere', pool: 'other', status: 'running' }),
+      // a job of an earlier pool of the same name, left running by a lost owner
+      makeJob({ id: 'stale', pool: 'train', status: 'running', started_at: '2026-11-29T11:00:00Z' })
+    ];
+    const [card] = buildPoolsView([pool], jobs, [], NOW).live;
+    expect(card.jobs.map(job => job.id)).toEqual(['queued', 'run']);
+  });
+
+  it('shows a failed or lost pool its reason once, in one line; a stopped pool none', () => {
+    const reason = 'worker 0 did not start within 60 s\nTraceback (most recent call last):\n  ...';
+    const view = buildPoolsView(
+      [
+        ended('broken', '2026-11-30T11:00:00Z', { status: 'failed', reason }),
+        ended('gone', '2026-11-30T10:00:00Z', { status: 'lost', reason: 'no heartbeat for 30 s' }),
+        ended('done', '2026-11-30T09:00:00Z', { reason: 'stopped from the Jupyter server' })
+      ],
+      [],
+      [],
+      NOW
+    );
+    expect(view.recent.map(row => row.reason)).toEqual([
+      'worker 0 did not start within 60 s…',
+      'no heartbeat for 30 s',
+      null
+    ]);
+    expect(view.recent[0].pool.reason).toBe(reason); // the full text stays for the tooltip
+  });
+
+  it('adds history pages below Recent without repeating the records Recent shows', () => {
+    const recentA = ended('a', '2026-11-30T11:00:00Z');
+    const recentB = ended('b', '2026-11-30T10:00:00Z');
+    const olderA = ended('a', '2026-11-27T10:00:00Z', { created_at: '2026-11-27T09:00:00Z' });
+    const older = ended('c', '2026-11-26T10:00:00Z', { status: 'failed' });
+    const history = [recentA, recentB, olderA, older, older];
+    const view = buildPoolsView([recentA, recentB], [], history, NOW);
+    expect(view.recent.map(row => row.key)).toEqual([poolKey(recentA), poolKey(recentB)]);
+    expect(view.older.map(row => [row.pool.name, row.ended])).toEqual([
+      ['a', '3 d ago'],
+      ['c', '4 d ago']
+    ]);
+  });
+
+  it('keeps live records out of the history rows', () => {
+    const running = live('x', '2026-11-30T10:00:00Z');
+    const view = buildPoolsView([running], [], [running], NOW);
+    expect(view.older).toEqual([]);
+  });
+
+  it('summarizes Recent in one line for its collapsed header', () => {
+    expect(summarizeEnded([])).toBe('none ended in the last 24 h');
+    const statuses = ['failed', 'stopped', 'failed', 'lost', 'stopped'] as const;
+    expect(summarizeEnded(statuses.map(status => ({ status })))).toBe('5 ended · 2 failed · 1 lost');
+    expect(buildPoolsView([ended('a', '2026-11-30T11:00:00Z')], [], [], NOW).recentSummary).toBe(
+      '1 ended'
+    );
+  });
+});
+
+describe('HistoryPager', () => {
+  function pages(...answers: IPoolPage[]): { fetch: jest.Mock; pager: HistoryPager } {
+    const fetch = jest.fn(async (_before: number | null) => {
+      const answer = answers.shift();
+      if (!answer) {
+        throw new Error('no more pages');
+      }
+      return answer;
+    });
+    return { fetch, pager: new HistoryPager(fetch) };
+  }
+
+  const pool = (name: string): IPoolModel => ended(name, '2026-11-20T10:00:00Z');
+
+  it('starts at the top of history and follows the next cursor', async () => {
+    const { fetch, pager } = pages(
+      { pools: [pool('a'), pool('b')], next: 7 },
+      { pools: [pool('c')], next: null }
+    );
+    expect(await pager.loadMore(() => true)).toBe(2);
+    expect(pager.done).toBe(false);
+    expect(await pager.loadMore(() => true)).toBe(1);
+    expect(fetch.mock.calls).toEqual([[null], [7]]);
+    expect(pager.pools.map(p => p.name)).toEqual(['a', 'b', 'c']);
+    expect(pager.done).toBe(true);
+    expect(await pager.loadMore(() => true)).toBe(0); // nothing asked once done
+    expect(fetch).toHaveBeenCalledTimes(2);
+  });
+
+  it('keeps fetching while pages hold only rows already shown', async () => {
+    const { fetch, pager } = pages(
+      { pools: [pool('recent-1'), pool('recent-2')], next: 20 },
+      { pools: [pool('recent-3'), pool('old')], next: 10 },
+      { pools: [pool('older')], next: null }
+    );
+    const shown = new Set(['recent-1', 'recent-2', 'recent-3']);
+    expect(await pager.loadMore(p => !shown.has(p.name))).toBe(1);
+    expect(fetch.mock.calls).toEqual([[null], [20]]);
+  });
+
+  it('stops when history ends, even with nothing new', async () => {
+    const { pager } = pages({ pools: [pool('recent-1')], next: null });
+    expect(await pager.loadMore(() => false)).toBe(0);
+    expect(pager.done).toBe(true);
+  });
+
+  it('asks the failed page again on the next load', async () => {
+    const fetch = jest
+      .fn()
+      .mockResolvedValueOnce({ pools: [pool('a')], next: 5 })
+      .mockRejectedValueOnce(new Error('server down'))
+      .mockResolvedValueOnce({ pools: [pool('b')], next: null });
+    const pager = new HistoryPager(fetch);
+    await pager.loadMore(() => true);
+    await expect(pager.loadMore(() => true)).rejects.toThrow('server down');
+    expect(pager.loading).toBe(false);
+    await pager.loadMore(() => true);
+    expect(fetch.mock.calls).toEqual([[null], [5], [5]]);
+    expect(pager.pools.map(p => p.name)).toEqual(['a', 'b']);
+  });
+
+  it('joins a load already in flight instead of asking twice', async () => {
+    const { fetch, pager } = pages({ pools: [pool('a')], next: 3 });
+    const first = pager.loadMore(() => true);
+    const second = pager.loadMore(() => true);
+    expect(pager.loading).toBe(true);
+    await expect(Promise.all([first, second])).resolves.toEqual([1, 1]);
+    expect(fetch).toHaveBeenCalledTimes(1);
+  });
+});
