@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from traitlets import Bool, Dict, Float, List, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Dict, Float, List, Unicode, default
 from traitlets.config import Config, Configurable
 
 BACKENDS = ("local", "kubernetes", "address")
@@ -33,6 +33,7 @@ ENVIRONMENT = {
     "api_key": "GPUGEEK_API_KEY",
     "preload_torch": "GPUGEEK_PRELOAD_TORCH",
     "bokehjs": "GPUGEEK_BOKEHJS",
+    "log_level": "GPUGEEK_LOG_LEVEL",
 }
 
 
@@ -65,6 +66,13 @@ class GpugeekConfig(Configurable):
     ).tag(config=True)
     worker_death_timeout = Float(
         20.0, help="Seconds a worker survives without its scheduler before it exits. Env: GPUGEEK_WORKER_DEATH_TIMEOUT."
+    ).tag(config=True)
+    log_level = CaselessStrEnum(
+        ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        "ERROR",
+        help="Level of dask's, tornado's and bokeh's logs in processes that run pools (the launching kernel "
+        "or script and the local workers). ERROR by default, so that a pool that works prints nothing; "
+        "INFO shows dask's own account of workers starting, restarting and leaving. Env: GPUGEEK_LOG_LEVEL.",
     ).tag(config=True)
     bind_host = Unicode(
         "127.0.0.1", help="Interface the local scheduler and workers listen on. Env: GPUGEEK_BIND_HOST."

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..config import get_config
 from ..errors import ConflictError, GpugeekError, PoolStartError, SpecError
+from ..logs import set_library_log_level
 from ..pricing import prices_in_force
 from ..spec import PoolSpec
 from ..store import PoolRecord, PoolStatus, Registry, get_registry
@@ -215,6 +216,7 @@ class PoolManager:
         with self._lock:
             self._kept_alive.add(record.id)  # a start can outlast lost_after: it is beaten from now on
         self._ensure_threads()
+        set_library_log_level(config.log_level)  # dask's warnings about its own routine stay out of sight
         progress = on_progress or (lambda ready, total: None)
         try:
             running = backend.start(spec, progress, config.worker_start_timeout)

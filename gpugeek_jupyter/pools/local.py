@@ -18,6 +18,7 @@ from ..catalog import load_catalog
 from ..config import get_config
 from ..devices import VARIABLE, format_visible_devices, select_visible
 from ..errors import BackendUnavailableError, Phrase, PoolStartError, Setting
+from ..logs import LOG_LEVEL_VARIABLE
 from ..nvml import GpuDevice, GpuDiscovery, discover_gpus
 from ._backend import ProgressCallback, RunningCluster, wait_for_workers
 from .worker_origin import use_forkserver
@@ -63,6 +64,7 @@ def worker_env() -> dict[str, str]:
     """
     env = {key: value for key, value in os.environ.items() if key not in _PRE_SPAWN_ENVIRON}
     env.update(_WORKER_ENVIRON)
+    env[LOG_LEVEL_VARIABLE] = get_config().log_level
     return env
 
 

@@ -48,8 +48,21 @@ def _apply_thread_caps() -> None:
             torch.set_num_threads(int(threads))
 
 
+def _apply_log_level() -> None:
+    """The launching process's ``log_level`` for dask's own logs, passed on by the nanny."""
+    from ..logs import LOG_LEVEL_VARIABLE, set_library_log_level
+
+    level = os.environ.get(LOG_LEVEL_VARIABLE)
+    if level:
+        try:
+            set_library_log_level(level)
+        except ValueError as e:
+            log.warning("%s", e)
+
+
 def dask_setup(worker) -> None:  # type: ignore[no-untyped-def]
     _ignore_notebook_interrupts()
+    _apply_log_level()
     _apply_thread_caps()
     if os.environ.get("GPUGEEK_PRELOAD_TORCH", "1").lower() in ("0", "false", "no"):
         return

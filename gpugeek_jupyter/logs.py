@@ -1,0 +1,35 @@
+"""The level of the libraries' logs in processes that run pools (``GpugeekConfig.log_level``).
+
+dask logs a worker's restart, a closed comm at shutdown or a reaped process as warnings, and tornado
+and bokeh add their own: lines that read as failures after a launch, a job and a stop that all
+worked. Pools set these libraries' loggers to ``log_level`` (``ERROR`` unless configured) in the
+launching process and in every local worker (whose nanny passes the level on as
+``GPUGEEK_LOG_LEVEL``); turning it up to ``INFO`` shows dask's own account again. Our own loggers
+(``gpugeek_jupyter.*``) are left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+
+LIBRARY_LOGGERS = ("distributed", "tornado", "bokeh")
+LOG_LEVEL_VARIABLE = "GPUGEEK_LOG_LEVEL"
+
+
+def set_library_log_level(level: str) -> None:
+    """Set dask's, tornado's and bokeh's loggers (and those of their children that dask configured
+    with a level of their own, such as ``distributed.client``) to ``level``."""
+    number = logging.getLevelName(level.upper())
+    if not isinstance(number, int):
+        raise ValueError(f"log level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got {level!r}")
+    import distributed  # noqa: F401  # importing it configures its loggers: set them afterwards
+
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(number)
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (
+            isinstance(logger, logging.Logger)
+            and name.split(".", 1)[0] in LIBRARY_LOGGERS
+            and logger.level != logging.NOTSET
+        ):
+            logger.setLevel(number)
