@@ -1,6 +1,9 @@
 """Command line: ``gpugeek-jupyter demo [NOTEBOOK]`` runs a tutorial notebook headless and reports it.
 
 ``gpugeek-jupyter pools`` lists every pool in the registry.
+
+``gpugeek-jupyter doctor [--json]`` checks the installation (JupyterLab and server extensions, the
+registry, GPUs, Kubernetes, torch), one line per check; exit status 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -58,6 +61,14 @@ def demo(notebook: Path, timeout: int) -> int:
     return 1 if failed else 0
 
 
+def run_doctor(as_json: bool = False) -> int:
+    from . import doctor
+
+    results = doctor.run_checks()
+    print(doctor.as_json(results) if as_json else doctor.report(results))
+    return 1 if doctor.any_failed(results) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpugeek-jupyter", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -65,7 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("notebook", nargs="?", type=Path, default=DEFAULT_NOTEBOOK)
     run.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     commands.add_parser("pools", help="list every pool in the registry")
+    doctor = commands.add_parser(
+        "doctor", help="check the installation, one line per check; exit status 1 when one fails"
+    )
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     args = parser.parse_args(argv)
+    if args.command == "doctor":
+        return run_doctor(as_json=args.json)
     if args.command == "demo":
         if not args.notebook.exists():
             parser.error(f"notebook '{args.notebook}' does not exist (e.g. notebooks/01-quickstart.ipynb)")

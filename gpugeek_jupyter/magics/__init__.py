@@ -7,6 +7,7 @@ from typing import Any
 
 # (module, class) of every Magics class this extension registers
 _MAGIC_CLASSES: list[tuple[str, str]] = [
+    ("gpugeek_jupyter.magics.doctor", "DoctorMagics"),  # first: usable even if a later class fails to load
     ("gpugeek_jupyter.magics.pools", "PoolMagics"),
     ("gpugeek_jupyter.magics.monitor", "MonitorMagics"),
     ("gpugeek_jupyter.magics.cost", "CostMagics"),
