@@ -22,8 +22,8 @@ from ..pools._plugin import PoolLifecyclePlugin
 if TYPE_CHECKING:
     from ..pools import Pool
     from .agent import NoticeCallback
-    from .watch import OutputCallback
     from .result import JobResult
+    from .watch import OutputCallback, ProgressCallback
 
 __all__ = ["EndJobsBeforeStop", "end_jobs_before_stop", "run_cell", "run_script"]
 
@@ -63,6 +63,7 @@ def run_cell(
     env: Mapping[str, str] | None = None,
     on_output: OutputCallback | None = None,
     on_notice: NoticeCallback | None = None,
+    on_progress: ProgressCallback | None = None,
 ) -> JobResult:
     """Run notebook code on every worker of ``pool``; names it uses come from ``namespace``."""
     from .agent import agent_for
@@ -79,7 +80,7 @@ def run_cell(
         amp=amp,
         env=dict(env) if isinstance(env, Mapping) else env or {},  # validate() checks it
     )
-    return agent_for(pool).run(request, on_output, on_notice)
+    return agent_for(pool).run(request, on_output, on_notice, on_progress)
 
 
 def run_script(
@@ -95,6 +96,7 @@ def run_script(
     env: Mapping[str, str] | None = None,
     on_output: OutputCallback | None = None,
     on_notice: NoticeCallback | None = None,
+    on_progress: ProgressCallback | None = None,
 ) -> JobResult:
     """Run a torchrun-ready script on every worker of ``pool`` (see :mod:`.script`)."""
     from .agent import agent_for
@@ -111,4 +113,4 @@ def run_script(
         stream=stream,
         env=dict(env) if isinstance(env, Mapping) else env or {},  # validate() checks it
     )
-    return agent_for(pool).run(request, on_output, on_notice)
+    return agent_for(pool).run(request, on_output, on_notice, on_progress)

@@ -36,7 +36,7 @@ from .result import JobResult
 from .roster import WorkerRoster
 from .state import AttemptResult, AttemptState
 from .transport import Events, PoolTransport
-from .watch import AttemptWatch, OutputCallback
+from .watch import AttemptWatch, OutputCallback, ProgressCallback
 
 if TYPE_CHECKING:
     from ..pools import Pool
@@ -69,6 +69,7 @@ class JobAgent:
         request: JobRequest,
         on_output: OutputCallback | None = None,
         on_notice: NoticeCallback | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> JobResult:
         """Run ``request`` on every worker; the result also when the job failed.
 
@@ -77,7 +78,9 @@ class JobAgent:
         """
         request.validate()
         with self._lock:
-            return self._run(request, on_output or (lambda rank, stream, text: None), on_notice or log.info)
+            return self._run(
+                request, on_output or (lambda rank, stream, text: None), on_notice or log.info, on_progress
+            )
 
     def end_job_before_stop(self, reason: str, timeout: float) -> bool:
         """Stop the running job, if any, because the pool is stopping; True once no job runs.
@@ -95,7 +98,13 @@ class JobAgent:
         return True
 
     # -- the loop ------------------------------------------------------------------------------
-    def _run(self, request: JobRequest, on_output: OutputCallback, on_notice: NoticeCallback) -> JobResult:
+    def _run(
+        self,
+        request: JobRequest,
+        on_output: OutputCallback,
+        on_notice: NoticeCallback,
+        on_progress: ProgressCallback | None,
+    ) -> JobResult:
         job_id = new_job_id()
         started = time.monotonic()
         deadline = started + request.timeout if request.timeout else None
@@ -107,7 +116,9 @@ class JobAgent:
         try:
             self._subscribe()
             while True:
-                attempt = self._attempt(job_id, restarts, request, events, deadline, on_output, outputs, record)
+                attempt = self._attempt(
+                    job_id, restarts, request, events, deadline, on_output, outputs, record, on_progress
+                )
                 if attempt.state is AttemptState.NOT_STARTED and not_started < NOT_STARTED_RETRIES:
                     not_started += 1
                     continue
@@ -155,6 +166,7 @@ class JobAgent:
         on_output: OutputCallback,
         outputs: dict[int, list[str]],
         record: JobRecord,
+        on_progress: ProgressCallback | None = None,
     ) -> AttemptResult:
         layout, changed = self.roster.ready_layout()
         if changed or request.kind == "script" or self.group is None:
@@ -188,6 +200,7 @@ class JobAgent:
             request.timeout,
             on_output,
             outputs,
+            on_progress,
         )
         try:
             self.transport.launch(events, group.layout.addresses, rank_side.run_rank, blob)
@@ -214,7 +227,8 @@ class JobAgent:
     def _dispatch(self, message: dict[str, Any]) -> None:
         events = self._events.get(message.get("job", ""))
         if events is not None:
-            events.put(("ended" if "ended" in message else "out", message))
+            kind = "ended" if "ended" in message else "progress" if "progress" in message else "out"
+            events.put((kind, message))
 
     def _worker_removed(self, address: str) -> None:
         for events in list(self._events.values()):

@@ -26,6 +26,8 @@ from .transport import PoolTransport, WorkerGone
 log = logging.getLogger(__name__)
 
 OutputCallback = Callable[[int, str, str], None]  # (rank, "stdout" | "stderr", text)
+# (rank, a progress bar's state): {"id", "desc", "n", "total", "unit", "elapsed", "rate", "closed"}
+ProgressCallback = Callable[[int, dict[str, Any]], None]
 
 CANCEL_GRACE_S = 1.5  # a cancelled rank has this long to stop before its worker process is ended
 NANNY_END_S = 5.0  # a nanny ends a frozen worker (SIGKILL) within about 2 s; peers then fail
@@ -49,6 +51,7 @@ class AttemptWatch:
         timeout: float | None,
         on_output: OutputCallback,
         outputs: dict[int, list[str]],
+        on_progress: ProgressCallback | None = None,
     ) -> None:
         self.transport = transport
         self.roster = roster
@@ -60,6 +63,7 @@ class AttemptWatch:
         self.deadline = deadline
         self.timeout = timeout
         self.on_output = on_output
+        self.on_progress = on_progress
         self.outputs = outputs
         self.answers: dict[str, RankOutcome | BaseException] = {}
         self.pending = set(layout.addresses)
@@ -105,6 +109,8 @@ class AttemptWatch:
             kind, payload = "tick", None
         if kind == "out":
             self._output(payload)
+        elif kind == "progress":
+            self._progress(payload)
         elif kind == "ended" and payload.get("launch") == self.launch:  # not a late word from an earlier launch
             self._rank_failed(int(payload["rank"]))
         elif kind == "done":
@@ -144,6 +150,16 @@ class AttemptWatch:
         if message.get("launch") == self.launch:
             self.received[rank] = self.received.get(rank, 0) + 1
         self._show(rank, str(message["stream"]), text)
+
+    def _progress(self, message: dict[str, Any]) -> None:
+        if message.get("launch") == self.launch:
+            self.received[int(message["rank"])] = self.received.get(int(message["rank"]), 0) + 1
+        if self.on_progress is None:
+            return
+        try:
+            self.on_progress(int(message["rank"]), dict(message["progress"]))
+        except Exception as e:  # the display failing must not lose the job
+            log.warning("could not show the progress of rank %s: %s", message.get("rank"), e)
 
     def _show(self, rank: int, stream: str, text: str) -> None:
         self._keep(rank, text)
@@ -229,6 +245,8 @@ class AttemptWatch:
                 return
             if kind == "out":
                 self._output(payload)
+            elif kind == "progress":
+                self._progress(payload)
 
     # -- the verdict ---------------------------------------------------------------------------
     def outcome(self) -> AttemptResult:
