@@ -6,7 +6,7 @@ TORCH_PIN ?= torch==2.13.0
 LAB_PORT ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab demo check test fuzz browser bench clean
+.PHONY: setup lab demo check docs labextension-build dist wheel-smoke test fuzz browser bench clean
 
 # A virtual environment with torch pinned to the CPU wheel this machine installs, and the package
 # (its labextension is built by hatch-jupyter-builder during the install) with test extras.
@@ -34,14 +34,43 @@ browser:
 # Static checks first (seconds), then the tests: lint and types of both halves, the layers contract.
 check: setup
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check gpugeek_jupyter tests bench
+	$(VENV)/bin/ruff format --check gpugeek_jupyter tests bench docs
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	cd labextension && ../$(VENV)/bin/jlpm typecheck && ../$(VENV)/bin/jlpm lint
 
-test: setup browser check
+# The API reference from the docstrings, with the docs/ pages, into site/ (warnings are errors).
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
+
+# The labextension the wheel ships, rebuilt when its sources are newer than the last build
+# (pip install builds it only when it is missing, so an edited panel would ship stale otherwise).
+LABEXT_BUILT := gpugeek_jupyter/labextension/package.json
+labextension-build: setup
+	@if [ ! -e $(LABEXT_BUILT) ] || [ -n "$$(find labextension/src labextension/style labextension/schema labextension/package.json labextension/tsconfig.json -newer $(LABEXT_BUILT) -print -quit)" ]; then \
+		echo "building the labextension (its sources changed)"; \
+		cd labextension && ../$(VENV)/bin/jlpm install && ../$(VENV)/bin/jlpm build:prod && touch ../$(LABEXT_BUILT); \
+	fi
+
+# The product: sdist and wheel in dist/, metadata checked, and the wheel holding the built
+# labextension and the server config (tests/packaging/dist_contents.py says what is missing).
+dist: setup labextension-build
+	rm -rf dist
+	@# never a build output: an editable install writes it there through the symlink that
+	@# `jupyter labextension develop` makes, and the wheel would then hold labextension/install.json twice
+	rm -f gpugeek_jupyter/labextension/install.json
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+	$(PY) tests/packaging/dist_contents.py dist
+
+# The wheel alone in a clean venv: JupyterLab lists both extensions enabled, a real kernel runs
+# %gpugeek_launch, a %%gpugeek_run cell on 2 ranks and %gpugeek_stop (about 2 minutes; make test runs it).
+wheel-smoke: dist
+	GPUGEEK_WHEEL="$$(ls dist/gpugeek_jupyter-*.whl)" TORCH_PIN="$(TORCH_PIN)" $(PY) -m pytest -q -p no:cacheprovider tests/packaging
+
+test: setup browser check docs dist
 	cd labextension && ../$(VENV)/bin/jlpm test
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	GPUGEEK_WHEEL="$$(ls dist/gpugeek_jupyter-*.whl)" TORCH_PIN="$(TORCH_PIN)" $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The property tests with fresh random examples (make test runs them derandomized, the same every time).
 fuzz: setup
@@ -51,4 +80,4 @@ bench: setup
 	bench/run
 
 clean:
-	rm -rf $(VENV) labextension/node_modules labextension/lib gpugeek_jupyter/labextension
+	rm -rf $(VENV) labextension/node_modules labextension/lib gpugeek_jupyter/labextension dist site
