@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from traitlets import Bool, CaselessStrEnum, Dict, Float, List, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode, default
 from traitlets.config import Config, Configurable
 
 BACKENDS = ("local", "kubernetes", "address")
@@ -34,6 +34,10 @@ ENVIRONMENT = {
     "preload_torch": "GPUGEEK_PRELOAD_TORCH",
     "bokehjs": "GPUGEEK_BOKEHJS",
     "log_level": "GPUGEEK_LOG_LEVEL",
+    "output_mode": "GPUGEEK_OUTPUT",
+    "job_logs_dir": "GPUGEEK_JOB_LOGS",
+    "job_log_bytes": "GPUGEEK_JOB_LOG_BYTES",
+    "job_logs_keep": "GPUGEEK_JOB_LOGS_KEEP",
 }
 
 
@@ -66,6 +70,26 @@ class GpugeekConfig(Configurable):
     ).tag(config=True)
     worker_death_timeout = Float(
         20.0, help="Seconds a worker survives without its scheduler before it exits. Env: GPUGEEK_WORKER_DEATH_TIMEOUT."
+    ).tag(config=True)
+    output_mode = CaselessStrEnum(
+        ["auto", "grouped", "all", "rank0"],
+        "auto",
+        help="How a job's output is shown: grouped (lines several ranks print alike shown once, as "
+        "[ranks 0-7] ...), all (every line as [rank N] ...), rank0 (rank 0's only), or auto: grouped "
+        "when the pool has more than 2 ranks, else all. Per job: --output / output=. Env: GPUGEEK_OUTPUT.",
+    ).tag(config=True)
+    job_logs_dir = Unicode(
+        "",
+        help="Folder of every job's full per-rank logs (%gpugeek_logs, JobResult.logs). Default: "
+        "gpugeek-job-logs beside the registry file. Env: GPUGEEK_JOB_LOGS.",
+    ).tag(config=True)
+    job_log_bytes = Integer(
+        8 * 1024 * 1024,
+        help="Characters kept per rank and job on disk: the first and last halves, with a line saying "
+        "how much was left out between them. Env: GPUGEEK_JOB_LOG_BYTES.",
+    ).tag(config=True)
+    job_logs_keep = Integer(
+        500, help="Jobs whose logs are kept; the oldest are removed as new ones start. Env: GPUGEEK_JOB_LOGS_KEEP."
     ).tag(config=True)
     log_level = CaselessStrEnum(
         ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],

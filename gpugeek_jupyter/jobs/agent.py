@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
 from . import rank as rank_side
+from .logs import JobLogs
 from .payload import OUTPUT_TOPIC, RankJob
 from .process_group import ProcessGroup, ProcessGroupBuilder
 from .record import JobRecord
@@ -111,13 +112,13 @@ class JobAgent:
         record = JobRecord(self.pool, job_id, request)
         events: Events = queue.Queue()
         self._events[job_id] = events
-        outputs: dict[int, list[str]] = {}
+        logs = JobLogs(job_id)
         restarts, not_started = 0, 0
         try:
             self._subscribe()
             while True:
                 attempt = self._attempt(
-                    job_id, restarts, request, events, deadline, on_output, outputs, record, on_progress
+                    job_id, restarts, request, events, deadline, on_output, logs, record, on_progress
                 )
                 if attempt.state is AttemptState.NOT_STARTED and not_started < NOT_STARTED_RETRIES:
                     not_started += 1
@@ -125,6 +126,7 @@ class JobAgent:
                 if not attempt.state.restartable or restarts >= request.max_restarts:
                     break
                 restarts += 1
+                logs.mark_attempt(restarts)
                 on_notice(f"job {job_id}: restarting ({restarts}/{request.max_restarts}) after {attempt.failure}")
         except JobFailedError as e:  # the pool could not give us workers
             attempt = AttemptResult(AttemptState.FAILED, failure=str(e))
@@ -136,6 +138,7 @@ class JobAgent:
             raise
         finally:
             self._events.pop(job_id, None)
+            logs.close()
         reports = attempt.reports()
         result = JobResult(
             job_id=job_id,
@@ -151,7 +154,7 @@ class JobAgent:
             traceback=attempt.traceback,
             timed_out=attempt.state is AttemptState.TIMED_OUT,
             ranks=reports,
-            output=["".join(outputs.get(r.rank, [])) for r in reports],
+            output=[logs.text(r.rank) for r in reports],
         )
         record.finished(result)
         return result
@@ -164,7 +167,7 @@ class JobAgent:
         events: Events,
         deadline: float | None,
         on_output: OutputCallback,
-        outputs: dict[int, list[str]],
+        logs: JobLogs,
         record: JobRecord,
         on_progress: ProgressCallback | None = None,
     ) -> AttemptResult:
@@ -199,7 +202,7 @@ class JobAgent:
             deadline,
             request.timeout,
             on_output,
-            outputs,
+            logs,
             on_progress,
         )
         try:

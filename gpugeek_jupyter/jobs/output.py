@@ -1,4 +1,8 @@
-"""Rank output in the notebook: every line labelled ``[rank N]``, carriage returns kept.
+"""Rank output in the notebook or a terminal: grouped, every line labelled, or rank 0's only.
+
+``--output all`` (:class:`LabelledWriter`): every line labelled ``[rank N]``, carriage returns kept.
+``--output grouped`` (:class:`GroupedWriter`): lines several ranks print alike shown once, as
+``[ranks 0-7] ...``. ``--output rank0`` (:class:`RankZeroWriter`). :func:`output_writer` picks one.
 
 A rank's tqdm bar redraws its line with ``\\r``; the label is written again after each ``\\r`` so
 the frontend keeps drawing one labelled bar in place.
@@ -14,7 +18,12 @@ the frontend keeps drawing one labelled bar in place.
 
 from __future__ import annotations
 
+import contextvars
 import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TextIO
 
 _BREAKS = re.compile(r"(\r\n|\r|\n)")
@@ -51,9 +60,206 @@ class LabelledWriter:
         self._at_line_start[key] = at_start
         return "".join(parts)
 
+    def close(self) -> None:
+        """Nothing is held back: every piece was written as it came."""
+
     def _target(self, stream: str) -> TextIO:
         import sys
 
         if stream == "stderr":
             return self._stderr or sys.stderr
         return self._stdout or sys.stdout
+
+
+def rank_ranges(ranks: list[int] | set[int]) -> str:
+    """``[0, 1, 2, 3, 5]`` -> ``'0-3,5'``."""
+    spans: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def ranks_label(ranks: list[int] | set[int]) -> str:
+    """``[rank 3]`` or ``[ranks 0-7]``."""
+    return f"[rank {next(iter(ranks))}]" if len(set(ranks)) == 1 else f"[ranks {rank_ranges(ranks)}]"
+
+
+_RANK_PLACEHOLDER = "\x00"
+
+
+def _without_rank(text: str, rank: int) -> str:
+    """``text`` with the rank's own number (a whole number, not part of another) made a placeholder."""
+    return re.sub(rf"(?<![\w.]){rank}(?![\w.])", _RANK_PLACEHOLDER, text)
+
+
+@dataclass
+class _Group:
+    stream: str
+    exact: str | None  # the line, while every member printed it exactly
+    generic: str  # the line with the first member's rank number made a placeholder
+    ranks: list[int]
+    due: float  # shown by then at the latest
+    seq: int
+
+
+class GroupedWriter:
+    """Callable ``(rank, stream, text)``: a line that several ranks print alike is shown once.
+
+    ``[ranks 0-7] epoch 3: loss 0.41`` for a line printed identically (or identically but for the
+    rank's own number, shown as ``{rank}``) by ranks 0 to 7 within ``window`` seconds; a line only
+    one rank printed keeps its ``[rank N]`` label. Each rank's lines keep their order, and no line
+    waits longer than ``window`` (it is shown at once when every rank has printed it). A ``\\r``
+    (a redrawn line) keeps only the last drawing; text without a line end waits for it, or for
+    :meth:`close`.
+
+    >>> import io
+    >>> out = io.StringIO()
+    >>> writer = GroupedWriter(world_size=2, stdout=out, stderr=out)
+    >>> writer(0, "stdout", "epoch 0\\nI am rank 0\\n")
+    >>> writer(1, "stdout", "epoch 0\\nI am rank 1\\n")
+    >>> writer.close()
+    >>> print(out.getvalue(), end="")
+    [ranks 0-1] epoch 0
+    [ranks 0-1] I am rank {rank}
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+        window: float = 0.1,
+        ranks: list[int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._stdout = stdout
+        self._stderr = stderr
+        self.window = window
+        self.expected = set(ranks) if ranks is not None else set(range(world_size))
+        self._clock = clock
+        self._partial: dict[tuple[int, str], str] = {}
+        self._pending: list[_Group] = []
+        self._last_seq: dict[int, int] = {}  # the newest pending group each rank is in
+        self._seq = 0
+        self._lock = threading.RLock()
+        self._timer: threading.Timer | None = None
+
+    def __call__(self, rank: int, stream: str, text: str) -> None:
+        with self._lock:
+            buffered = self._partial.pop((rank, stream), "") + text
+            *lines, rest = re.split(r"\r\n|\n", buffered)
+            for line in lines:
+                self._add(rank, stream, line.rsplit("\r", 1)[-1])
+            if rest:
+                self._partial[(rank, stream)] = rest
+            self._flush(self._clock())
+            self._arm()
+
+    def close(self) -> None:
+        """Show everything still held back (the job ended)."""
+        with self._lock:
+            for (rank, stream), rest in sorted(self._partial.items()):
+                self._add(rank, stream, rest.rsplit("\r", 1)[-1])
+            self._partial.clear()
+            self._flush(float("inf"))
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    # -- grouping ------------------------------------------------------------------------------
+    def _add(self, rank: int, stream: str, line: str) -> None:
+        after = self._last_seq.get(rank, -1)  # joining an older group would reorder this rank's lines
+        for group in self._pending:
+            if group.seq <= after or group.stream != stream or rank in group.ranks:
+                continue
+            if line == group.exact or _without_rank(line, rank) == group.generic:
+                if line != group.exact:
+                    group.exact = None
+                group.ranks.append(rank)
+                self._last_seq[rank] = group.seq
+                return
+        self._seq += 1
+        self._pending.append(
+            _Group(stream, line, _without_rank(line, rank), [rank], self._clock() + self.window, self._seq)
+        )
+        self._last_seq[rank] = self._seq
+
+    def _flush(self, now: float) -> None:
+        """Show the oldest groups that are complete or due, in order."""
+        while self._pending:
+            group = self._pending[0]
+            if group.due > now and not self.expected <= set(group.ranks):
+                return
+            self._pending.pop(0)
+            text = group.exact if group.exact is not None else group.generic.replace(_RANK_PLACEHOLDER, "{rank}")
+            target = self._target(group.stream)
+            target.write(f"{ranks_label(group.ranks)} {text}\n")
+            target.flush()
+
+    def _arm(self) -> None:
+        """Show a due group even when no more output comes: a timer, under this thread's context
+        (so a notebook routes the text to the cell that runs the job)."""
+        if not self._pending or self._timer is not None:
+            return
+        delay = max(0.0, self._pending[0].due - self._clock())
+        context = contextvars.copy_context()
+        self._timer = threading.Timer(delay, context.run, args=(self._on_timer,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            self._flush(self._clock())
+            self._arm()
+
+    def _target(self, stream: str) -> TextIO:
+        import sys
+
+        if stream == "stderr":
+            return self._stderr or sys.stderr
+        return self._stdout or sys.stdout
+
+
+class RankZeroWriter(LabelledWriter):
+    """Rank 0's output only (``--output rank0``); every rank's is still in the job's logs."""
+
+    def __call__(self, rank: int, stream: str, text: str) -> None:
+        if rank == 0:
+            super().__call__(rank, stream, text)
+
+    def close(self) -> None:
+        pass
+
+
+OUTPUT_MODES = ("grouped", "all", "rank0")
+
+
+def resolve_output_mode(mode: str | None, world_size: int) -> str:
+    """The output mode to use: ``mode``, else ``GpugeekConfig.output_mode``; ``auto`` is grouped when
+    the pool has more than 2 ranks, else all. A bad mode is a ``SpecError`` naming it."""
+    from ..config import get_config
+    from ..errors import SpecError
+
+    chosen = (mode or get_config().output_mode or "auto").lower()
+    if chosen == "auto":
+        return "grouped" if world_size > 2 else "all"
+    if chosen not in OUTPUT_MODES:
+        raise SpecError(field="output", value=mode, rule="grouped, all or rank0", example="grouped")
+    return chosen
+
+
+def output_writer(
+    mode: str | None, world_size: int, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> LabelledWriter | GroupedWriter:
+    """The writer of a job's output for ``mode`` (see :func:`resolve_output_mode`); call its
+    ``close()`` when the job has ended."""
+    chosen = resolve_output_mode(mode, world_size)
+    if chosen == "grouped":
+        return GroupedWriter(world_size, stdout=stdout, stderr=stderr)
+    if chosen == "rank0":
+        return RankZeroWriter(stdout=stdout, stderr=stderr)
+    return LabelledWriter(stdout=stdout, stderr=stderr)

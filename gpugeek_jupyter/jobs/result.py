@@ -70,6 +70,13 @@ class JobResult:
             f"duration_s={self.duration_s:.2f}, restarts={self.restarts}>"
         )
 
+    def logs(self, rank: int = 0) -> str:
+        """Everything ``rank`` wrote during the job, from its log on disk (bounded: the start and the
+        end of a very long one; see :mod:`gpugeek_jupyter.jobs.logs`)."""
+        from .logs import JobLogs
+
+        return JobLogs.read(self.job_id, rank)
+
     def report(self) -> str:
         """The failing rank's traceback, each line labelled with its rank, then the one-line reason."""
         lines: list[str] = []

@@ -16,6 +16,8 @@ from typing import Any
 
 from . import rank as rank_side
 from .layout import Layout
+from .logs import JobLogs
+from .output import rank_ranges
 from .payload import RankOutcome
 from .process_group import ProcessGroup
 from .result import RankReport
@@ -33,7 +35,6 @@ CANCEL_GRACE_S = 1.5  # a cancelled rank has this long to stop before its worker
 NANNY_END_S = 5.0  # a nanny ends a frozen worker (SIGKILL) within about 2 s; peers then fail
 KILL_WAIT_S = 5.0  # how long an ended worker may take to be seen gone
 OUTPUT_DRAIN_S = 2.0  # late output events are awaited this long after the last rank answered
-_MAX_OUTPUT_CHARS = 1_000_000  # kept per rank in JobResult.output
 
 
 class AttemptWatch:
@@ -50,7 +51,7 @@ class AttemptWatch:
         deadline: float | None,
         timeout: float | None,
         on_output: OutputCallback,
-        outputs: dict[int, list[str]],
+        logs: JobLogs,
         on_progress: ProgressCallback | None = None,
     ) -> None:
         self.transport = transport
@@ -64,12 +65,11 @@ class AttemptWatch:
         self.timeout = timeout
         self.on_output = on_output
         self.on_progress = on_progress
-        self.outputs = outputs
+        self.logs = logs
         self.answers: dict[str, RankOutcome | BaseException] = {}
         self.pending = set(layout.addresses)
         self.ended: list[int] = []  # ranks that reported a failure, in order
         self.received: dict[int, int] = {}  # output events seen per rank
-        self.output_chars: dict[int, int] = {}
         self.stopping: StopCause | None = None
         self.stop_message: str | None = None
         self.cancel_at: float | None = None
@@ -169,10 +169,7 @@ class AttemptWatch:
             log.warning("could not show output of rank %d: %s", rank, e)
 
     def _keep(self, rank: int, text: str) -> None:
-        used = self.output_chars.get(rank, 0)
-        if used < _MAX_OUTPUT_CHARS:
-            self.outputs.setdefault(rank, []).append(text[: _MAX_OUTPUT_CHARS - used])
-            self.output_chars[rank] = used + len(text)
+        self.logs.write(rank, text)
 
     def _rank_failed(self, rank: int) -> None:
         """A rank failed (or reported that it will): stop the others now."""
@@ -301,7 +298,7 @@ class AttemptWatch:
         primary = _primary_failure(reports, self.ended + sorted(died) + [r.rank for r in reports])
         if primary is not None:
             attempt.failed_rank, attempt.traceback = primary.rank, primary.traceback
-            others = [r.describe() for r in reports if r is not primary and r.status != "ok"]
+            others = _group_others(primary, reports)
             attempt.failure = f"job {self.job_id} failed on {primary.describe()}" + (
                 f"; {'; '.join(others)}" if others else ""
             )
@@ -346,8 +343,36 @@ def _primary_failure(reports: list[RankReport], arrival: list[int]) -> RankRepor
     return None
 
 
+def _group_others(primary: RankReport, reports: list[RankReport]) -> list[str]:
+    """The other ranks' ends, ranks that ended alike in one phrase: ``ranks 1-7 failed with the same
+    error``, ``ranks 2-3 (host h) stopped``."""
+    same = [
+        r.rank
+        for r in reports
+        if r is not primary and r.status == primary.status == "failed" and r.error == primary.error
+        if not r.peer_failure and r.error
+    ]
+    groups: dict[str, list[int]] = {}
+    for report in reports:
+        if report is primary or report.status == "ok" or report.rank in same:
+            continue
+        key = report.describe().replace(f"rank {report.rank} ", "\x00 ", 1)
+        groups.setdefault(key, []).append(report.rank)
+    phrases = [f"{_ranks_word(same)} failed with the same error"] if same else []
+    phrases += [key.replace("\x00", _ranks_word(ranks), 1) for key, ranks in groups.items()]
+    return phrases
+
+
+def _ranks_word(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+
+
 def _summary(reports: list[RankReport]) -> str:
-    return "; ".join(r.describe() for r in reports)
+    """Every rank's end, ranks that ended alike in one phrase (``ranks 0-7 (host h) stopped``)."""
+    groups: dict[str, list[int]] = {}
+    for report in reports:
+        groups.setdefault(report.describe().replace(f"rank {report.rank} ", "\x00 ", 1), []).append(report.rank)
+    return "; ".join(key.replace("\x00", _ranks_word(ranks), 1) for key, ranks in groups.items())
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -1,0 +1,164 @@
+"""How a job's output reads at many ranks: grouped lines, rank 0 only, and full logs on disk."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import pytest
+
+from gpugeek_jupyter.config import GpugeekConfig, set_config
+from gpugeek_jupyter.errors import SpecError
+from gpugeek_jupyter.jobs.logs import JobLogs, job_log_path
+from gpugeek_jupyter.jobs.output import (
+    GroupedWriter,
+    LabelledWriter,
+    RankZeroWriter,
+    output_writer,
+    rank_ranges,
+    resolve_output_mode,
+)
+
+
+class FakeClock:
+    """A clock the test moves by hand (the grouping window is time-based)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def grouped(world_size: int = 8) -> tuple[GroupedWriter, io.StringIO, FakeClock]:
+    out, clock = io.StringIO(), FakeClock()
+    return GroupedWriter(world_size, stdout=out, stderr=out, window=0.1, clock=clock), out, clock
+
+
+def test_a_line_every_rank_prints_is_shown_once_with_the_ranks_as_a_range() -> None:
+    writer, out, _ = grouped(8)
+    for rank in range(8):
+        writer(rank, "stdout", "epoch 3: loss 0.41\n")
+    assert out.getvalue() == "[ranks 0-7] epoch 3: loss 0.41\n"  # complete: shown without waiting
+
+
+def test_lines_alike_but_for_the_ranks_own_number_are_one_line_with_a_placeholder() -> None:
+    writer, out, _ = grouped(4)
+    for rank in range(4):
+        writer(rank, "stdout", f"rank {rank} of 4 ready, loss 0.{rank}5\n")
+    writer.close()
+    # "0.05" on rank 0 is not the rank number: only whole numbers count, so the lines differ there
+    assert out.getvalue().splitlines() == [f"[rank {r}] rank {r} of 4 ready, loss 0.{r}5" for r in range(4)]
+    writer, out, _ = grouped(4)
+    for rank in range(4):
+        writer(rank, "stdout", f"rank {rank} of 4 ready\n")
+    assert out.getvalue() == "[ranks 0-3] rank {rank} of 4 ready\n"
+
+
+def test_a_number_equal_to_one_ranks_id_does_not_split_an_identical_line() -> None:
+    writer, out, _ = grouped(2)
+    writer(0, "stdout", "epoch 0: done\n")
+    writer(1, "stdout", "epoch 0: done\n")
+    assert out.getvalue() == "[ranks 0-1] epoch 0: done\n"
+
+
+def test_distinct_lines_keep_their_rank_label_and_each_ranks_order() -> None:
+    writer, out, clock = grouped(3)
+    writer(0, "stdout", "a\nb\n")
+    writer(1, "stdout", "b\n")  # rank 1 printed b first: it joins b, not a
+    writer(1, "stdout", "a\n")
+    writer(2, "stdout", "a\nb\n")
+    clock.now += 0.2
+    writer.close()
+    lines = out.getvalue().splitlines()
+    assert lines == ["[ranks 0,2] a", "[ranks 0-2] b", "[rank 1] a"]
+    for rank in (0, 1, 2):  # each rank's own lines appear in the order it printed them
+        own = [line.split("] ", 1)[1] for line in lines if _has_rank(line, rank)]
+        assert own == (["b", "a"] if rank == 1 else ["a", "b"])
+
+
+def _has_rank(line: str, rank: int) -> bool:
+    label = line[1 : line.index("]")].split(" ", 1)[1]
+    ranks: set[int] = set()
+    for span in label.split(","):
+        first, _, last = span.partition("-")
+        ranks.update(range(int(first), int(last or first) + 1))
+    return rank in ranks
+
+
+def test_a_line_only_some_ranks_print_is_shown_within_the_window_without_more_output() -> None:
+    out = io.StringIO()
+    writer = GroupedWriter(8, stdout=out, stderr=out, window=0.1)  # the real clock and the timer
+    started = time.monotonic()
+    writer(0, "stdout", "only rank 0 says this\n")
+    while "only rank 0" not in out.getvalue() and time.monotonic() - started < 5:
+        time.sleep(0.01)
+    waited = time.monotonic() - started
+    assert out.getvalue() == "[rank 0] only rank 0 says this\n"
+    assert waited < 1.0, waited  # shown by the window's timer (0.1 s), not held until the job ends
+    writer.close()
+
+
+def test_carriage_returns_keep_the_last_drawing_and_partial_lines_wait_for_their_end() -> None:
+    writer, out, _ = grouped(2)
+    writer(0, "stderr", "10%\r50%\r")
+    writer(0, "stderr", "100%\n")
+    writer(1, "stderr", "100%")
+    assert out.getvalue() == ""  # rank 0's line waits (window) for rank 1's; rank 1 has no line end yet
+    writer.close()
+    assert out.getvalue() == "[ranks 0-1] 100%\n"
+
+
+def test_stdout_and_stderr_are_grouped_apart() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    writer = GroupedWriter(2, stdout=out, stderr=err, clock=FakeClock())
+    writer(0, "stdout", "x\n")
+    writer(1, "stderr", "x\n")
+    writer.close()
+    assert (out.getvalue(), err.getvalue()) == ("[rank 0] x\n", "[rank 1] x\n")
+
+
+def test_rank0_mode_shows_rank_zero_only() -> None:
+    out = io.StringIO()
+    writer = RankZeroWriter(stdout=out, stderr=out)
+    writer(1, "stdout", "from 1\n")
+    writer(0, "stdout", "from 0\n")
+    assert out.getvalue() == "[rank 0] from 0\n"
+
+
+def test_auto_mode_groups_beyond_two_ranks_and_a_bad_mode_is_named() -> None:
+    assert resolve_output_mode(None, 2) == "all" and resolve_output_mode("auto", 3) == "grouped"
+    assert isinstance(output_writer("all", 8), LabelledWriter)
+    assert isinstance(output_writer(None, 8), GroupedWriter)
+    with pytest.raises(SpecError) as error:
+        resolve_output_mode("loud", 2)
+    assert "'loud'" in str(error.value) and "grouped" in str(error.value)
+
+
+def test_rank_ranges_compress_runs() -> None:
+    assert rank_ranges([5, 0, 1, 2, 3, 7]) == "0-3,5,7"
+
+
+def test_job_logs_keep_every_ranks_output_on_disk_with_start_and_end_when_long(tmp_path: Path) -> None:
+    set_config(GpugeekConfig(job_logs_dir=str(tmp_path), job_log_bytes=2000, job_logs_keep=3))
+    try:
+        logs = JobLogs("job-long")
+        for step in range(1000):
+            logs.write(0, f"step {step:04d}\n")  # 10 characters a line: 10,000 in all
+        logs.write(1, "rank one\n")
+        logs.close()
+        text = JobLogs.read("job-long", 0)
+        assert text.startswith("step 0000\n") and text.endswith("step 0999\n")
+        assert "characters left out" in text and len(text) < 2200
+        assert JobLogs.read("job-long", 1) == "rank one\n"
+        assert JobLogs.ranks("job-long") == [0, 1]
+        assert logs.text(0).startswith("step 0000") and len(logs.text(0)) == 10_000  # memory keeps it all
+        for n in range(4):  # only the newest 3 jobs' logs stay
+            JobLogs(f"job-{n}").close()
+            time.sleep(0.01)
+        kept = sorted(p.name for p in tmp_path.iterdir())
+        assert len(kept) == 3 and "job-long" not in kept and "job-3" in kept
+        assert not job_log_path("job-long", 0).exists()
+    finally:
+        set_config(None)
