@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .pools import Pool
     from .store import JobRecord
 
-from .errors import Surface, phrased_for
+from .errors import SpecError, Surface, phrased_for
 
 log = logging.getLogger(__name__)
 
@@ -94,18 +94,25 @@ class ClusterClient:
             pool = get_pool_manager().launch(spec)
         return Job(pool, owns_pool=True)
 
-    def job_on(self, pool_name: str) -> Job:
-        """A ``Job`` on a running pool (launched here, in another kernel, or attached by address)."""
+    def job_on(self, pool: str) -> Job:
+        """A ``Job`` on running pool ``pool`` (launched here, in another kernel, or attached by address),
+        as ``%%gpugeek_run --pool NAME`` runs on it."""
         from .runtime import get_pool_manager
 
         with phrased_for(Surface.PYTHON):
-            return Job(get_pool_manager().get(pool_name), owns_pool=False)
+            return Job(get_pool_manager().get(pool), owns_pool=False)
 
-    def jobs(self, limit: int = 50) -> list[JobRecord]:
-        """The newest job records of the registry, every pool and kernel included."""
+    def jobs(self, limit: int = 50, pool: str | None = None) -> list[JobRecord]:
+        """The newest ``limit`` job records of the registry, of pool ``pool`` or of every pool, every
+        kernel included (``%gpugeek_jobs --pool NAME --limit N``)."""
         from .store import get_registry
 
-        return get_registry().list_jobs(limit=limit)
+        with phrased_for(Surface.PYTHON):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise SpecError(field="limit", value=limit, rule="a whole number >= 1", example=20)
+            registry = get_registry()
+            pool_id = registry.latest_pool(pool).id if pool else None
+            return registry.list_jobs(pool_id=pool_id, limit=limit)
 
 
 class Job:

@@ -7,19 +7,24 @@ report. Intervals still open accrue up to ``now`` while the pool's owner heart-b
 has been silent for ``lost_after_seconds`` they stop at its last heartbeat, exactly where
 :meth:`Registry.mark_lost_pools` will close them.
 
-Storage is priced per GB-month for the time the window lasted (730 h a month); network per GB. Idle
-spend is the sum over utilization samples of the cost of the time each sample covers times
-``1 - utilization``.
+Storage is priced per GB-month for the time the window lasted (730 h a month); network per GB.
+
+Compute is split three ways, and the parts add up to it: **idle** and **busy**, over the time that
+utilization samples cover (the cost of each sample's span times ``1 - utilization``, and times
+``utilization``), and **unsampled**, the cost of the time no sample covers (telemetry off, not yet
+started or stopped, the tail since the last sample). Unsampled time is shown as such, never shared
+out as idle or busy.
 
 >>> breakdown = pool_cost(get_registry(), pool_id=3)            # doctest: +SKIP
 >>> breakdown.total_usd, breakdown.usd_per_hour_now             # doctest: +SKIP
-(12.41, 6.97)
+(24.67, 6.97)
 >>> breakdown.idle_sentence()                                   # doctest: +SKIP
-'USD 4.10 of USD 12.41 went to idle GPUs'
+'compute USD 24.67: idle 16.02, busy 0.05, unsampled 8.60 (2.1 h without utilization samples)'
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
@@ -72,12 +77,14 @@ class CostBreakdown:
     storage_usd: float
     network_gb: float
     network_usd: float
-    idle_usd: float  # compute spent while the GPUs were not busy
-    sampled_usd: float  # compute cost of the time covered by utilization samples
+    idle_usd: float  # compute spent while the GPUs were not busy, of the sampled time
+    sampled_usd: float  # compute cost of the time covered by utilization samples (idle + busy)
     mean_utilization: float | None  # over the sampled time, weighted by cost
     budget_usd: float | None
     preemptions: tuple[Preemption, ...] = ()
     prices: dict[str, Any] = field(default_factory=dict)
+    # hours while workers ran that no utilization sample covers; None: not computed (include_idle=False)
+    unsampled_hours: float | None = None
 
     @property
     def compute_usd(self) -> float:
@@ -90,6 +97,19 @@ class CostBreakdown:
     @property
     def total_usd(self) -> float:
         return self.compute_usd + self.storage_usd + self.network_usd
+
+    @property
+    def busy_usd(self) -> float:
+        """Compute spent while the GPUs were busy, of the sampled time."""
+        return max(0.0, self.sampled_usd - self.idle_usd)
+
+    @property
+    def unsampled_usd(self) -> float | None:
+        """Compute of the time no utilization sample covers (None: not computed); with
+        :attr:`idle_usd` and :attr:`busy_usd` it makes up :attr:`compute_usd`."""
+        if self.unsampled_hours is None:
+            return None
+        return max(0.0, self.compute_usd - self.sampled_usd)
 
     @property
     def hours(self) -> float:
@@ -113,10 +133,26 @@ class CostBreakdown:
         return max(0.0, (self.budget_usd - self.total_usd) / self.usd_per_hour_now)
 
     def idle_sentence(self) -> str:
-        """E.g. 'USD 41.20 of USD 96.00 went to idle GPUs' (of the time utilization was sampled)."""
+        """Compute cost and how it splits, in parts that add up to it (rounded to the cent):
+
+        'compute USD 24.67: idle 16.02, busy 0.05, unsampled 8.60 (2.1 h without utilization samples)'.
+        """
+        compute = cents(self.compute_usd)
+        whole = f"compute {format_usd(self.compute_usd)}"
+        if self.unsampled_hours is None:
+            return f"{whole} (idle share not computed)"
         if self.sampled_usd <= 0:
-            return "no utilization samples yet, so idle spend is unknown"
-        return f"{format_usd(self.idle_usd)} of {format_usd(self.sampled_usd)} went to idle GPUs"
+            if self.unsampled_hours * 3600.0 < 0.5:
+                return whole
+            return f"{whole}: idle share unknown ({_duration(self.unsampled_hours)} without utilization samples)"
+        sampled = min(cents(self.sampled_usd), compute)
+        idle = min(cents(self.idle_usd), sampled)
+        parts = [f"idle {idle:,}", f"busy {sampled - idle:,}"]
+        if compute - sampled > 0:
+            parts.append(
+                f"unsampled {compute - sampled:,} ({_duration(self.unsampled_hours)} without utilization samples)"
+            )
+        return f"{whole}: {', '.join(parts)}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, with the derived totals (for the side panel and the report)."""
@@ -127,6 +163,8 @@ class CostBreakdown:
             total_usd=self.total_usd,
             hours=self.hours,
             budget_fraction=self.budget_fraction,
+            busy_usd=self.busy_usd,
+            unsampled_usd=self.unsampled_usd,
             idle_sentence=self.idle_sentence(),
         )
         return data
@@ -145,8 +183,8 @@ def pool_cost(
     """What pool ``pool_id`` has cost between ``since`` and ``until`` (default: its whole life, up to now).
 
     ``include_idle=False`` skips the idle-spend scan over utilization samples (``idle_usd``,
-    ``sampled_usd`` and ``mean_utilization`` are then 0/None): what a ticking meter or a budget
-    check needs, at the cost of two aggregate queries.
+    ``sampled_usd``, ``mean_utilization`` and ``unsampled_hours`` are then 0/None): what a ticking
+    meter or a budget check needs, at the cost of two aggregate queries.
     """
     record = registry.pool_by_id(pool_id)
     now = registry.clock() if now is None else now
@@ -234,23 +272,42 @@ def _clipped(interval: WorkerInterval, start: float, end: float, open_end: float
 
 class _RateCurve:
     """USD per hour of a pool as a step function of time: breakpoints, the rate from each one on,
-    and the integral (USD-per-hour x seconds) up to each one."""
+    and the integral (USD-per-hour x seconds) up to each one; and the seconds during which at least
+    one worker ran, up to each one."""
 
     def __init__(self, pieces: list[tuple[float, float, float]]) -> None:
         deltas: dict[float, float] = defaultdict(float)
+        joins: dict[float, int] = defaultdict(int)  # workers counted apart: a sum of prices need not return to 0.0
         for begin, finish, usd_per_hour in pieces:
             if finish > begin:
                 deltas[begin] += usd_per_hour
                 deltas[finish] -= usd_per_hour
+                joins[begin] += 1
+                joins[finish] -= 1
         self.times = sorted(deltas)
         self.rates: list[float] = []
         self.area = [0.0]  # USD-per-hour x seconds from the first breakpoint to each one
-        rate = 0.0
+        self.running: list[bool] = []  # whether a worker runs from each breakpoint on
+        self.active = [0.0]  # seconds with a worker running from the first breakpoint to each one
+        rate, workers = 0.0, 0
         for i, t in enumerate(self.times):
             rate += deltas[t]
+            workers += joins[t]
             self.rates.append(rate)
+            self.running.append(workers > 0)
             if i + 1 < len(self.times):
                 self.area.append(self.area[-1] + rate * (self.times[i + 1] - t))
+                self.active.append(self.active[-1] + (self.times[i + 1] - t if workers > 0 else 0.0))
+
+    def active_seconds(self, begin: float, end: float) -> float:
+        """Seconds in ``[begin, end]`` during which at least one worker ran."""
+        return max(0.0, self._active_at(end) - self._active_at(begin)) if end > begin else 0.0
+
+    def _active_at(self, x: float) -> float:
+        j = bisect.bisect_right(self.times, x) - 1
+        if j < 0:
+            return 0.0
+        return self.active[j] + (x - self.times[j] if self.running[j] else 0.0)
 
 
 def _breakdown(
@@ -269,9 +326,11 @@ def _breakdown(
     intervals = registry.worker_intervals(record.id)
     rate_now = sum(_price(prices, i.pricing) for i in intervals if i.stopped_at is None) if accruing else 0.0
     idle = sampled = busy = 0.0
+    unsampled_hours: float | None = None
     if include_idle:
         curve = _RateCurve([(*_clipped(i, start, end, open_end), _price(prices, i.pricing)) for i in intervals])
-        idle, sampled, busy = _idle_spend(registry, record.id, curve, start, end)
+        idle, sampled, busy, unsampled_seconds = _idle_spend(registry, record.id, curve, start, end)
+        unsampled_hours = unsampled_seconds / 3600.0
     net_bytes = registry.network_bytes(record.id, start, end)
     storage_gb, network_gb = _volumes(registry, record.id, job.id if job else None, net_bytes, start, end)
     storage_months = (end - start) / 3600.0 / HOURS_PER_MONTH
@@ -302,7 +361,18 @@ def _breakdown(
             if i.stop_reason == "preempted" and i.stopped_at is not None and start <= i.stopped_at <= end
         ),
         prices=dict(prices),
+        unsampled_hours=unsampled_hours,
     )
+
+
+def _duration(hours: float) -> str:
+    """'45 s', '12 min', '2.1 h'."""
+    seconds = hours * 3600.0
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{hours:,.1f} h"
 
 
 def _price(prices: dict[str, Any], pricing: str) -> float:
@@ -327,18 +397,20 @@ def _preemption(
 
 def _idle_spend(
     registry: Registry, pool_id: int, curve: _RateCurve, start: float, end: float
-) -> tuple[float, float, float]:
-    """(idle USD, sampled USD, utilization-weighted USD) over ``[start, end]``.
+) -> tuple[float, float, float, float]:
+    """(idle USD, sampled USD, utilization-weighted USD, unsampled seconds) over ``[start, end]``.
 
     Each sample reports the utilization since the previous one, so it covers ``(previous.at, at]``;
     a pool's first sample only sets the baseline. Samples and the rate's breakpoints are both in
-    time order, so one merged walk prices every span.
+    time order, so one merged walk prices every span. What no sample covers is the time before the
+    first one and after the last one; of it, the seconds while a worker ran are unsampled.
     """
     series = registry.utilization_series(pool_id, start, end)
     times, rates, area = curve.times, curve.rates, curve.area
     j = -1  # the last breakpoint at or before the time being priced
     idle = sampled = busy = 0.0
     previous_area: float | None = None
+    first = last = None
     for at, mean_util in series:
         x = min(max(at, start), end)
         while j + 1 < len(times) and times[j + 1] <= x:
@@ -351,7 +423,11 @@ def _idle_spend(
             idle += usd * (1.0 - utilization)
             busy += usd * utilization
         previous_area = area_here
-    return idle, sampled, busy
+        first = x if first is None else first
+        last = x
+    if first is None or last is None:
+        return idle, sampled, busy, curve.active_seconds(start, end)
+    return idle, sampled, busy, curve.active_seconds(start, first) + curve.active_seconds(last, end)
 
 
 def _volumes(
@@ -395,7 +471,7 @@ def record_data_volume(
 ) -> None:
     """Record storage held (GB) and/or network transferred (GB) by a pool or one of its jobs.
 
-    ``stated=True`` is a total the user gives (``%gpugeek_cost --storage-gb 500 --network-gb 40``);
+    ``stated=True`` is a total the user gives (``%gpugeek_cost dev --storage-gb 500 --network-gb 40``);
     otherwise an amount the pool or a job measured (network amounts add up).
     """
     from ..errors import SpecError

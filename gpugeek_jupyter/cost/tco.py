@@ -3,7 +3,7 @@
 The report applies the formula GPU-hours x price + storage x data volume + network x data
 transferred to each pool, and to each job on it, from :mod:`~gpugeek_jupyter.cost.ledger` breakdowns.
 
->>> rows = cost_report(get_registry(), all_pools=True)          # doctest: +SKIP
+>>> rows = cost_report(get_registry(), all=True)                # doctest: +SKIP
 >>> to_dataframe(rows)[["pool", "job", "gpu_hours", "total_usd"]]  # doctest: +SKIP
 
 :func:`compare_owned` weighs renting against owning the same GPUs:
@@ -57,6 +57,9 @@ COLUMNS = [
     "network_usd",
     "total_usd",
     "idle_usd",
+    "busy_usd",
+    "unsampled_usd",
+    "unsampled_hours",
     "sampled_usd",
     "mean_utilization",
     "preemptions",
@@ -89,22 +92,26 @@ def parse_since(text: str | None) -> float | None:
 def cost_report(
     registry: Registry,
     pool: int | str | None = None,
-    job_id: str | None = None,
-    all_pools: bool = False,
-    since: float | None = None,
-    by_job: bool = True,
+    job: str | None = None,
+    all: bool = False,  # shadows the builtin here only: the option is "all" on every surface (--all)
+    since: float | str | None = None,
+    jobs: bool = True,
     now: float | None = None,
 ) -> list[CostBreakdown]:
-    """Breakdowns for one job, one pool (by id or name; its jobs follow it), or every pool.
+    """Breakdowns for one ``job`` (by id), one ``pool`` (by id or name), or ``all`` pools; each pool
+    is followed by its jobs unless ``jobs=False``. ``since`` (a timestamp, or a date as
+    ``%gpugeek_cost --since`` takes it: ``"2026-11-01"``) leaves out what ran before it.
 
     Pools whose owner died are marked lost first, so their cost ends at their last heartbeat.
     """
+    if isinstance(since, str):
+        since = parse_since(since)
     registry.mark_lost_pools(get_config().lost_after_seconds)
-    if job_id is not None:
+    if job is not None:
         from .ledger import job_cost
 
-        return [job_cost(registry, job_id, now=now)]
-    if all_pools:
+        return [job_cost(registry, job, now=now)]
+    if all:
         pools = pool_costs(registry, since=since, now=now)
     elif pool is None:
         raise SpecError(
@@ -112,10 +119,10 @@ def cost_report(
                 core=Phrase(
                     "name a pool, a job or all pools (e.g. {pool}, {job} or {all})",
                     pool=Setting(pool="dev"),
-                    job=Setting(job_id="3f2a9c"),
-                    all=Setting(all_pools=True),
+                    job=Setting(job="job-3f2a9c1d"),
+                    all=Setting(all=True),
                 ),
-                magic="name a pool, a job or --all (e.g. %gpugeek_cost dev, --job ID, --all)",
+                magic="name a pool, a job or --all (e.g. %gpugeek_cost dev, --job job-3f2a9c1d or --all)",
             ),
             field="pool",
             rule="a pool, a job or all pools",
@@ -126,7 +133,7 @@ def cost_report(
     rows: list[CostBreakdown] = []
     for breakdown in pools:
         rows.append(breakdown)
-        if by_job:
+        if jobs:
             rows.extend(job_costs(registry, breakdown.pool_id, since=since, now=now))
     return rows
 
@@ -155,6 +162,9 @@ def report_rows(breakdowns: list[CostBreakdown]) -> list[dict[str, Any]]:
                 "network_usd": b.network_usd,
                 "total_usd": b.total_usd,
                 "idle_usd": b.idle_usd,
+                "busy_usd": b.busy_usd,
+                "unsampled_usd": b.unsampled_usd,
+                "unsampled_hours": b.unsampled_hours,
                 "sampled_usd": b.sampled_usd,
                 "mean_utilization": b.mean_utilization,
                 "preemptions": len(b.preemptions),
@@ -263,7 +273,7 @@ def compare_owned(
     hours_per_month: float,
     count: int = 1,
     pricing: str = "on_demand",
-    cloud_usd_per_gpu_hour: float | None = None,
+    price: float | None = None,
     purchase_usd: float | None = None,
     power_watts: float | None = None,
     power_usd_per_kwh: float = DEFAULT_POWER_USD_PER_KWH,
@@ -274,7 +284,8 @@ def compare_owned(
 ) -> OwnedVsCloud:
     """Cloud against owned for ``count`` GPUs of ``gpu_type`` used ``hours_per_month`` (0..730) each.
 
-    Cloud: hours x the catalog's ``pricing`` rate (or ``cloud_usd_per_gpu_hour``). Owned: purchase /
+    Cloud: hours x the catalog's ``pricing`` rate, or ``price`` USD per GPU-hour (as ``price``
+    overrides the catalog for a pool: ``launch(price=...)``). Owned: purchase /
     amortization months + overhead, a fixed monthly cost, plus energy while in use: watts x PUE x
     USD per kWh per hour. Break-even: the hours at which both are equal, fixed / (cloud rate -
     energy rate). Defaults lean towards owning (no staff, space or idle power unless
@@ -283,15 +294,15 @@ def compare_owned(
     catalog = load_catalog(price_file if price_file is not None else get_config().price_file or None)
     gpu = catalog.gpu(gpu_type)
     _check_number("hours_per_month", hours_per_month, 200, low=0.0, high=HOURS_PER_MONTH)
-    _check_number("count", count, 8, low=1)
+    _check_number("count", count, 8, low=1, whole=True)
     pricing_key = str(pricing).strip().lower().replace("-", "_")
     if pricing_key not in ("on_demand", "spot", "reserved"):
         raise SpecError(field="pricing", value=pricing, rule="on-demand, spot or reserved", example="reserved")
-    rate = gpu.prices.to_dict()[pricing_key] if cloud_usd_per_gpu_hour is None else cloud_usd_per_gpu_hour
+    rate = gpu.prices.to_dict()[pricing_key] if price is None else price
     purchase = gpu.purchase_usd if purchase_usd is None else purchase_usd
     watts = gpu.power_watts if power_watts is None else power_watts
     for name, value, example in (
-        ("cloud_usd_per_gpu_hour", rate, 2.1),
+        ("price", rate, 2.1),
         ("purchase_usd", purchase, 30000),
         ("power_watts", watts, 700),
         ("power_usd_per_kwh", power_usd_per_kwh, 0.12),
@@ -354,10 +365,14 @@ def usage_hours_per_month(registry: Registry, gpu_type: str, days: float = 30.0,
     return min(HOURS_PER_MONTH, worker_hours / max(1, gpus) * (HOURS_PER_MONTH / (days * 24.0)))
 
 
-def _check_number(name: str, value: Any, example: float, low: float | None = None, high: float | None = None) -> None:
+def _check_number(
+    name: str, value: Any, example: float, low: float | None = None, high: float | None = None, whole: bool = False
+) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (low is None or value >= low) and (high is None or value <= high)
+    ok = ok and (not whole or float(value).is_integer())
     if not ok:
         bounds = f" from {low:g}" if low is not None else ""
         bounds += f" to {high:g}" if high is not None else ""
-        raise SpecError(field=name, value=value, rule=f"a number{bounds}", example=example)
+        kind = "a whole number" if whole else "a number"
+        raise SpecError(field=name, value=value, rule=f"{kind}{bounds}", example=example)

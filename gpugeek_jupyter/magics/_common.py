@@ -6,29 +6,47 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
+from IPython.core.magic_arguments import argument
 
 from ..errors import GpugeekError, Surface
 
-# keyword -> flag where a magic's flag is not "--" + the keyword with '-' for '_' ("" = positional)
+# keyword -> flag where a magic's flag is not "--" + the keyword with '-' for '_' ("" = positional).
+# Options are named as the Python keywords and JSON fields are (tests/core/test_vocabulary.py), so
+# only these two differ: a variable to store into, and a script's own arguments.
 FLAGS: dict[str, str] = {
-    "base_pricing": "--pricing",  # %gpugeek_launch
-    "script_path": "--script",  # %gpugeek_run
-    "args": "--",  # %gpugeek_run --script train.py -- --lr 3e-5
-    "output": "-o",
-    "job_id": "--job",  # %gpugeek_cost
-    "all_pools": "--all",
-    "cloud_usd_per_gpu_hour": "--price",  # %gpugeek_cost --compare-owned
-    "purchase_usd": "--purchase",
-    "power_watts": "--watts",
-    "power_usd_per_kwh": "--kwh-price",
-    "overhead_usd_per_month": "--overhead",
-    "amortization_months": "--amortization",
+    "output": "-o",  # %%gpugeek_run -o losses, %gpugeek_cost -o report
+    "args": "--",  # %gpugeek_run --script-path train.py -- --lr 3e-5
 }
+
+# the positional form of --pool (%gpugeek_stop dev == %gpugeek_stop --pool dev)
+POOL_POSITIONAL = "pool_name"
+
+
+def pool_arguments(what: str, positional: bool = True) -> Callable[[Any], Any]:
+    """The pool a magic acts on, the same way in every magic: ``--pool NAME``, or NAME as a plain
+    word where that reads naturally (``%gpugeek_stop dev``); ``what`` ends the help text."""
+
+    def decorate(magic: Any) -> Any:
+        if positional:
+            magic = argument(POOL_POSITIONAL, nargs="?", default=None, metavar="NAME", help="same as --pool NAME")(
+                magic
+            )
+        return argument("--pool", default=None, metavar="NAME", help=f"name of the pool {what}")(magic)
+
+    return decorate
+
+
+def chosen_pool(args: Any, magic: str, example: str) -> str | None:
+    """The pool named by ``--pool NAME`` or the NAME word (None: neither); naming two is an error."""
+    word, flag = getattr(args, POOL_POSITIONAL, None), args.pool
+    if word is not None and flag is not None and word != flag:
+        raise UsageError(f"two pools named, {word!r} and --pool {flag!r}: name one (e.g. %{magic} {example})")
+    return flag if flag is not None else word
 
 
 def magic_message(error: BaseException, flags: Mapping[str, str] | None = None) -> str:

@@ -1,7 +1,9 @@
-"""Cost magic: ``%gpugeek_cost`` (report, CSV, chart, owned vs cloud); budget and idle notices."""
+"""Cost magics: ``%gpugeek_cost`` (the report: table, CSV, chart) and ``%gpugeek_tco`` (owning the
+GPUs against renting them); budget and idle notices."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Any
 
@@ -11,10 +13,11 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..cost import ledger, tco
+from ..errors import SpecError
 from ..pools import PoolLifecyclePlugin
 from ..runtime import get_pool_manager
 from ..widgets.cost_chart import bar_chart
-from ._common import parse_options, usage_errors
+from ._common import chosen_pool, parse_options, pool_arguments, usage_errors
 
 _SHOWN = [
     "pool",
@@ -27,10 +30,28 @@ _SHOWN = [
     "network_usd",
     "total_usd",
     "idle_usd",
+    "busy_usd",
+    "unsampled_usd",
     "preemptions",
 ]
 _UTILIZATION_LEVELS = (0.1, 0.25, 0.5, 0.75, 1.0)
 _FLAGS = {"path": "--csv"}  # tco.write_csv(breakdowns, path)
+
+# %gpugeek_cost's owned-vs-cloud options before %gpugeek_tco had them: old flag -> its flag there
+_MOVED_TO_TCO: dict[str, str | None] = {
+    "--compare-owned": None,
+    "--gpu-type": "--gpu-type",
+    "--count": "--count",
+    "--hours-per-month": "--hours-per-month",
+    "--pricing": "--pricing",
+    "--price": "--price",
+    "--purchase": "--purchase-usd",
+    "--watts": "--power-watts",
+    "--kwh-price": "--power-usd-per-kwh",
+    "--pue": "--pue",
+    "--amortization": "--amortization-months",
+    "--overhead": "--overhead-usd-per-month",
+}
 
 
 def print_notice(pool: Any, kind: str, message: str) -> None:
@@ -55,62 +76,53 @@ class CostMagics(Magics):
         get_pool_manager().register_plugin(NoticePrinter())  # by name: loading the magics again replaces it
 
     @magic_arguments()
-    @argument("pool", nargs="?", default=None, help="pool name (default: the current pool)")
-    @argument("--job", default=None, help="report one job by id")
+    @pool_arguments("to report (default: the current pool)")
+    @argument("--job", default=None, metavar="ID", help="report one job by id")
     @argument("--all", action="store_true", help="every pool in the registry, whoever made it")
-    @argument("--since", default=None, help="only cost from this date on (e.g. 2026-11-01)")
+    @argument("--since", default=None, metavar="DATE", help="only cost from this date on (e.g. 2026-11-01)")
     @argument("--no-jobs", action="store_true", help="pools only, without a row per job")
-    @argument("--csv", default=None, help="also write the report to this CSV file")
+    @argument("--csv", default=None, metavar="PATH", help="also write the report to this CSV file")
     @argument("--chart", action="store_true", help="show a bokeh bar chart of the report")
-    @argument("--storage-gb", default=None, help="state the pool's (or --job's) stored data volume in GB")
-    @argument("--network-gb", default=None, help="state the pool's (or --job's) total data transferred in GB")
-    @argument("--compare-owned", action="store_true", help="cloud against owning the hardware (see the options below)")
-    @argument("--gpu-type", default=None, help="compare-owned: GPU type (default: the pool's)")
-    @argument("--count", default=None, help="compare-owned: number of GPUs (default: the pool's, else 1)")
-    @argument(
-        "--hours-per-month", default=None, help="compare-owned: hours of use per GPU (default: measured, last 30 days)"
-    )
-    @argument(
-        "--pricing", default="on-demand", help="compare-owned: cloud price: on-demand (default), spot or reserved"
-    )
-    @argument("--price", default=None, help="compare-owned: cloud USD per GPU-hour (default: the catalog's)")
-    @argument("--purchase", default=None, help="compare-owned: purchase USD per GPU (default: the catalog's)")
-    @argument("--watts", default=None, help="compare-owned: power per GPU in W (default: the catalog's)")
-    @argument("--kwh-price", default=None, help=f"compare-owned: USD per kWh (default {tco.DEFAULT_POWER_USD_PER_KWH})")
-    @argument("--pue", default=None, help=f"compare-owned: data-centre PUE (default {tco.DEFAULT_PUE})")
-    @argument("--amortization", default=None, help=f"compare-owned: months (default {tco.DEFAULT_AMORTIZATION_MONTHS})")
-    @argument("--overhead", default=None, help="compare-owned: USD per GPU-month for space, staff, support (default 0)")
-    @argument("-o", "--output", default=None, help="store the report DataFrame (or the comparison) in this variable")
+    @argument("--storage-gb", default=None, metavar="GB", help="state the pool's (or --job's) stored data volume")
+    @argument("--network-gb", default=None, metavar="GB", help="state the pool's (or --job's) data transferred")
+    @argument("-o", "--output", default=None, metavar="VAR", help="store the report DataFrame in this variable")
     @line_magic
     def gpugeek_cost(self, line: str) -> None:
-        """What pools and jobs cost, from the registry (the same numbers as the side panel).
+        """Example::
 
-        Examples::
+            In [1]: %gpugeek_cost dev --no-jobs
+              pool job status  hours  gpu_hours  compute_usd ... total_usd  idle_usd  busy_usd  unsampled_usd ...
+            0  dev      ready   3.20       6.40        24.67 ...     24.67     16.02      0.05           8.60 ...
+            pool dev, compute USD 24.67: idle 16.02, busy 0.05, unsampled 8.60 (2.1 h without utilization samples)
 
-            In [1]: %gpugeek_cost
-                     pool job  status  hours  gpu_hours  compute_usd ... total_usd  idle_usd
-                    0 dev      ready   0.50       1.00         0.05 ...      0.05      0.01
-            USD 0.01 of USD 0.05 went to idle GPUs (pool dev)
-            In [2]: %gpugeek_cost --all --since 2026-11-01 --csv cost.csv --chart
-            In [3]: %gpugeek_cost --job 3f2a9c
-            In [4]: %gpugeek_cost --compare-owned --gpu-type H100-80GB --hours-per-month 200
-            1 x H100-80GB for 200 h/month (27% utilization): cloud (on-demand) USD 2,212/month, owned ...
+        What pool NAME (or ``--pool NAME``; default: the current pool) and its jobs cost, from the
+        registry: the same numbers as the side panel and ``gpugeek_jupyter.cost.cost_report(...)``,
+        whose keyword arguments the options are. Compute splits into idle and busy, over the time
+        utilization was sampled, and unsampled, the time it was not.
+
+        More examples::
+
+            In [2]: %gpugeek_cost --all --since 2026-11-01 --csv cost.csv --chart -o report
+            In [3]: %gpugeek_cost --job job-3f2a9c1d
+            In [4]: %gpugeek_cost dev --storage-gb 500 --network-gb 40
+
+        Owning the GPUs instead of renting them: ``%gpugeek_tco``.
         """
-        args = parse_options(self.gpugeek_cost, line, "--all --since 2026-11-01")
+        moved = _moved_to_tco(line)
+        if moved is not None:
+            raise UsageError(moved)
+        args = parse_options(self.gpugeek_cost, line, "dev --since 2026-11-01")
+        pool = chosen_pool(args, "gpugeek_cost", "dev")
         with usage_errors(flags=_FLAGS):
-            if args.compare_owned:
-                result = self._compare_owned(args)
-            else:
-                result = self._report(args)
+            result = self._report(args, pool)
         if args.output and self.shell is not None:
             self.shell.user_ns[args.output] = result
 
-    # -- report --------------------------------------------------------------------------------------
-    def _report(self, args: Any) -> Any:
+    def _report(self, args: Any, pool_name: str | None) -> Any:
         manager = get_pool_manager()
         registry = manager.registry
         since = tco.parse_since(args.since)
-        pool: int | str | None = args.pool
+        pool: int | str | None = pool_name
         if pool is None and args.job is None and not args.all:
             current = manager.current
             if current is None:
@@ -119,7 +131,7 @@ class CostMagics(Magics):
         if args.storage_gb is not None or args.network_gb is not None:
             self._state_volumes(registry, pool, args)
         breakdowns = tco.cost_report(
-            registry, pool=pool, job_id=args.job, all_pools=args.all, since=since, by_job=not args.no_jobs
+            registry, pool=pool, job=args.job, all=args.all, since=since, jobs=not args.no_jobs
         )
         frame = tco.to_dataframe(breakdowns)
         if frame.empty:
@@ -154,48 +166,92 @@ class CostMagics(Magics):
         ledger.record_data_volume(
             registry,
             pool_id,
-            storage_gb=_number(args.storage_gb, "--storage-gb", "500"),
-            network_gb=_number(args.network_gb, "--network-gb", "40"),
+            storage_gb=_number(args.storage_gb, "storage_gb", 500),
+            network_gb=_number(args.network_gb, "network_gb", 40),
             job_id=job_id,
             stated=True,
         )
 
     # -- owned vs cloud ------------------------------------------------------------------------------
-    def _compare_owned(self, args: Any) -> Any:
+    @magic_arguments()
+    @pool_arguments("whose GPU type and count to compare (default: the current pool)")
+    @argument("--gpu-type", default=None, help="GPU type (default: the pool's)")
+    @argument("--count", default=None, help="number of GPUs (default: the pool's, else 1)")
+    @argument("--hours-per-month", default=None, help="hours of use per GPU (default: measured, last 30 days)")
+    @argument("--pricing", default=None, help="cloud price: on-demand (default), spot or reserved")
+    @argument("--price", default=None, help="cloud USD per GPU-hour (default: the catalog's, for --pricing)")
+    @argument("--purchase-usd", default=None, help="purchase price per GPU (default: the catalog's)")
+    @argument("--power-watts", default=None, help="power per GPU in W (default: the catalog's)")
+    @argument("--power-usd-per-kwh", default=None, help=f"electricity price (default {tco.DEFAULT_POWER_USD_PER_KWH})")
+    @argument("--pue", default=None, help=f"data-centre power usage effectiveness (default {tco.DEFAULT_PUE})")
+    @argument(
+        "--amortization-months", default=None, help=f"write-off period (default {tco.DEFAULT_AMORTIZATION_MONTHS})"
+    )
+    @argument("--overhead-usd-per-month", default=None, help="per GPU: space, staff, support (default 0)")
+    @argument("-o", "--output", default=None, metavar="VAR", help="store the comparison in this variable")
+    @line_magic
+    def gpugeek_tco(self, line: str) -> None:
+        """Example::
+
+            In [1]: %gpugeek_tco --gpu-type H100-80GB --count 8 --hours-per-month 200
+            8 x H100-80GB for 200 h/month (27% utilization): cloud (on-demand) USD 17,696/month, owned USD
+            6,855/month; owning saves USD 10,841/month (61%); owning breaks even above 10% utilization (76 h/month)
+               utilization  hours_per_month  ...  owned_minus_cloud cheaper
+            0          10%             73.0  ...             276.31   cloud
+            2  27% (yours)            200.0  ...          -10842.92   owned
+            5         100%            730.0  ...          -57236.95   owned
+
+        Renting GPUs against owning them, per month: pool NAME's (or ``--pool NAME``'s; default: the
+        current pool's) GPU type and count at the hours they were used over the last 30 days, or
+        what the options say. The options are the keyword arguments of
+        ``gpugeek_jupyter.cost.compare_owned(...)``; the table shows the same at other utilizations.
+        """
+        args = parse_options(self.gpugeek_tco, line, "--gpu-type H100-80GB --hours-per-month 200")
+        pool = chosen_pool(args, "gpugeek_tco", "dev")
+        with usage_errors():
+            result = self._compare_owned(args, pool)
+        if args.output and self.shell is not None:
+            self.shell.user_ns[args.output] = result
+
+    def _compare_owned(self, args: Any, pool_name: str | None) -> Any:
         import pandas as pd
 
         manager = get_pool_manager()
-        current = manager.current
-        gpu_type = args.gpu_type or (current.spec.gpu_type if current else None)
+        if pool_name is not None:
+            record = manager.registry.latest_pool(pool_name)
+            pool_type, pool_count = record.gpu_type, record.count
+        elif manager.current is not None:
+            pool_type, pool_count = manager.current.spec.gpu_type, manager.current.spec.count
+        else:
+            pool_type, pool_count = None, None
+        gpu_type = args.gpu_type or pool_type
         if not gpu_type:
             raise UsageError(
-                "--compare-owned needs --gpu-type when no pool is current (e.g. --compare-owned --gpu-type H100-80GB)"
+                "no pool to compare: name one or give --gpu-type (e.g. %gpugeek_tco --gpu-type H100-80GB --hours-per-month 200)"
             )
-        count = _number(args.count, "--count", "8")
+        count: Any = _number(args.count, "count", 8)  # compare_owned says when it is not whole
         if count is None:
-            count = current.spec.count if current and current.spec.gpu_type == gpu_type else 1
-        if count < 1 or not float(count).is_integer():
-            raise UsageError(f"--count must be a whole number >= 1, got {args.count!r} (e.g. --count 8)")
-        hours = _number(args.hours_per_month, "--hours-per-month", "200")
+            count = pool_count if pool_count and pool_type == gpu_type else 1
+        hours = _number(args.hours_per_month, "hours_per_month", 200)
         if hours is None:
             hours = tco.usage_hours_per_month(manager.registry, gpu_type)
-        options = {
+        options: dict[str, Any] = {
             "pricing": args.pricing,
-            "cloud_usd_per_gpu_hour": _number(args.price, "--price", "2.10"),
-            "purchase_usd": _number(args.purchase, "--purchase", "30000"),
-            "power_watts": _number(args.watts, "--watts", "700"),
-            "power_usd_per_kwh": _number(args.kwh_price, "--kwh-price", "0.12"),
-            "pue": _number(args.pue, "--pue", "1.4"),
-            "amortization_months": _number(args.amortization, "--amortization", "36"),
-            "overhead_usd_per_month": _number(args.overhead, "--overhead", "150"),
+            "price": _number(args.price, "price", 2.1),
+            "purchase_usd": _number(args.purchase_usd, "purchase_usd", 30000),
+            "power_watts": _number(args.power_watts, "power_watts", 700),
+            "power_usd_per_kwh": _number(args.power_usd_per_kwh, "power_usd_per_kwh", 0.12),
+            "pue": _number(args.pue, "pue", 1.4),
+            "amortization_months": _number(args.amortization_months, "amortization_months", 36),
+            "overhead_usd_per_month": _number(args.overhead_usd_per_month, "overhead_usd_per_month", 150),
         }
         options = {k: v for k, v in options.items() if v is not None}
-        yours = tco.compare_owned(gpu_type, hours, count=int(count), **options)
+        yours = tco.compare_owned(gpu_type, hours, count=count, **options)
         print(yours.summary())
         levels = sorted({*_UTILIZATION_LEVELS, round(yours.utilization, 4)})
         rows = []
         for level in levels:
-            r = tco.compare_owned(gpu_type, level * ledger.HOURS_PER_MONTH, count=int(count), **options)
+            r = tco.compare_owned(gpu_type, level * ledger.HOURS_PER_MONTH, count=yours.count, **options)
             rows.append(
                 {
                     "utilization": f"{level:.0%}" + (" (yours)" if abs(level - yours.utilization) < 1e-4 else ""),
@@ -210,9 +266,37 @@ class CostMagics(Magics):
         return yours
 
 
+def _moved_to_tco(line: str) -> str | None:
+    """The one-line message for an owned-vs-cloud option given to ``%gpugeek_cost``, naming the
+    ``%gpugeek_tco`` line that does it; None when ``line`` has none."""
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        return None  # parse_options names the quoting mistake
+    flags = [w.split("=", 1)[0] for w in words if w.startswith("--")]
+    moved = [f for f in flags if f in _MOVED_TO_TCO]
+    if not moved:
+        return None
+    if "--compare-owned" not in moved:
+        return (
+            f"{moved[0]} is an option of the owned-vs-cloud comparison, which is %gpugeek_tco now "
+            f"(e.g. %gpugeek_tco {moved[0]} ...; see %gpugeek_tco?)"
+        )
+    translated = []
+    for word in words:
+        flag, sep, value = word.partition("=")
+        if flag in _MOVED_TO_TCO:
+            new = _MOVED_TO_TCO[flag]
+            if new is not None:
+                translated.append(shlex.quote(new + sep + value))
+        else:
+            translated.append(shlex.quote(word))
+    return f"--compare-owned moved: use %gpugeek_tco {' '.join(translated)}".rstrip()
+
+
 def _pool_lines(b: ledger.CostBreakdown) -> str:
     what = f"job {b.job_id}" if b.job_id else f"pool {b.pool_name}"
-    lines = [f"{what}: {b.idle_sentence()}"]
+    lines = [f"{what}, {b.idle_sentence()}"]
     if b.usd_per_hour_now > 0:
         lines.append(
             f"  now {ledger.format_usd(b.usd_per_hour_now)}/h; {ledger.format_usd(b.projected_usd(24))} by this time tomorrow at this rate"
@@ -228,10 +312,15 @@ def _pool_lines(b: ledger.CostBreakdown) -> str:
     return "\n".join(lines)
 
 
-def _number(value: Any, flag: str, example: str) -> float | None:
-    if value in (None, ""):
+def _number(text: str | None, field: str, example: float) -> float | None:
+    """An option's number (an int when written as one, so errors show it as typed); None if not given."""
+    if text in (None, ""):
         return None
     try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{flag} must be a number, got {value!r} (e.g. {flag} {example})") from None
+        return int(str(text))
+    except ValueError:
+        pass
+    try:
+        return float(str(text))
+    except ValueError:
+        raise SpecError(field=field, value=text, rule="a number", example=example) from None

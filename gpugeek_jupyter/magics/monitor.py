@@ -9,7 +9,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ._common import parse_options, usage_errors
+from ._common import chosen_pool, parse_options, pool_arguments, usage_errors
 
 MIN_PERIOD_SECONDS = 0.05
 MAX_PERIOD_SECONDS = 3600.0
@@ -34,30 +34,31 @@ def parse_period(text: str | None) -> float | None:
 @magics_class
 class MonitorMagics(Magics):
     @magic_arguments()
-    @argument("--pool", default=None, help="pool to monitor (default: the current pool)")
+    @pool_arguments("to monitor (default: the current pool)")
     @argument("--table", action="store_true", help="show the latest numbers as a table instead of the live panel")
     @argument("--period", default=None, help="sample every S seconds on every worker of the pool (default 1)")
     @line_magic
     def gpugeek_monitor(self, line: str) -> Any:
-        """Live GPU telemetry of a pool, drawn inline; it keeps moving while other cells run.
+        """Example::
 
-        Examples::
+            In [1]: %gpugeek_monitor dev --table
+            Out[1]:
+                              time worker_name       host  gpu  cpu_pct  rss_bytes  no_gpu_reason
+            0  2026-11-30 09:14:41           0  127.0.0.1 <NA>     12.0  3.1e+08  NVML library not found ...
 
-            In [1]: %gpugeek_monitor                  # live panel of the current pool
-            In [2]: %gpugeek_monitor --pool dev --period 0.5
-            In [3]: %gpugeek_monitor --table
-            Out[3]:
-               worker_name  gpu  gpu_name  sm_util_pct  mem_used_bytes  ...  cpu_pct  rss_bytes  no_gpu_reason
-            0            0 <NA>      None          NaN             NaN  ...     12.0  3.1e+08  NVML library not found ...
+        Live GPU telemetry of pool NAME (or ``--pool NAME``; default: the current pool), drawn inline:
+        ``%gpugeek_monitor`` alone gives the live panel of the current pool, which keeps moving while
+        other cells run; ``--table`` the latest numbers instead.
 
         The panel shows mean SM %, memory used / total and power above one line per GPU (a GPU x time
         heatmap beyond 8 GPUs); without GPUs, CPU % and RSS per worker and the reason. ``--period``
         changes the pool's sampling period. All samples: ``gpugeek_jupyter.current_pool().metrics()``.
         """
-        args = parse_options(self.gpugeek_monitor, line, "--pool dev --period 1")
+        args = parse_options(self.gpugeek_monitor, line, "dev --period 1")
+        name = chosen_pool(args, "gpugeek_monitor", "dev --period 1")
         period = parse_period(args.period)
         with usage_errors():
-            pool = self._pool(args.pool)
+            pool = self._pool(name)
             if args.table:
                 from .. import telemetry
 
@@ -81,7 +82,7 @@ class MonitorMagics(Magics):
         if pool is None:
             raise GpugeekError(
                 "no current pool to monitor; launch one (e.g. %gpugeek_launch --gpu-type cpu --count 2) "
-                "or name one with --pool NAME"
+                "or name one (e.g. %gpugeek_monitor dev)"
             )
         return pool
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -14,7 +15,7 @@ from ..pools import PoolLifecyclePlugin, PoolManager
 from ..runtime import get_pool_manager, list_pools
 from ..spec import PoolSpec
 from ..store import RECENT_WINDOW_SECONDS, PoolRecord
-from ._common import kernel_owner, magic_message, parse_options, usage_errors
+from ._common import chosen_pool, kernel_owner, magic_message, parse_options, pool_arguments, usage_errors
 
 
 def recent_pools() -> list[PoolRecord]:
@@ -81,7 +82,8 @@ class PoolMagics(Magics):
     @argument("--backend", default=None, help="local (default), kubernetes or address")
     @argument("--name", default=None, help="pool name (lowercase, digits, '-'); generated when omitted")
     @argument("--spot-fraction", default=None, help="share of workers on spot prices, 0..1 (e.g. 0.7)")
-    @argument("--pricing", default=None, help="price of the non-spot workers: on-demand (default) or reserved")
+    @argument("--base-pricing", default=None, help="price of the non-spot workers: on-demand (default) or reserved")
+    @argument("--pricing", dest="base_pricing", default=None, help=argparse.SUPPRESS)  # the old name, still accepted
     @argument("--budget", default=None, help="USD; the pool stops when it has spent this much")
     @argument("--idle-timeout", default=None, help="minutes idle before the pool stops itself")
     @argument("--price", default=None, help="USD per GPU-hour, overriding the catalog for this pool")
@@ -92,17 +94,22 @@ class PoolMagics(Magics):
     @argument("--quiet", action="store_true", help="no pool card")
     @line_magic
     def gpugeek_launch(self, line: str) -> Any:
-        """Launch a pool of GPU (or CPU) workers and make it the current pool.
-
-        Examples::
+        """Example::
 
             In [1]: %gpugeek_launch --gpu-type cpu --count 2 --name dev
-            In [2]: %gpugeek_launch --gpu-type A100-80GB --count 4 --interconnect NVLink --framework "PyTorch 2.0"
-            In [3]: %gpugeek_launch --backend address --address tcp://10.0.0.5:8786 --count 8 --gpu-type H100-80GB
-            In [4]: %gpugeek_launch --backend kubernetes --namespace team-risk --gpu-type A100-80GB --count 8 --dry-run
+            (a pool card: dev, local, 2 x cpu, workers 2/2, ready, dashboard link, USD per hour)
+            Out[1]: <Pool 'dev' ready: 2 x cpu, backend=local, dashboard=http://127.0.0.1:8787/status>
 
-        Out: a pool card (name, backend, GPUs, workers ready, status, dashboard link, USD per hour);
-        the pool is returned, and ``gpugeek_jupyter.current_pool()`` gives it later.
+        Launch a pool of GPU (or CPU) workers and make it the current pool. The pool is returned, and
+        ``gpugeek_jupyter.current_pool()`` gives it later. Options are the keyword arguments of
+        ``gpugeek_jupyter.launch(...)`` and the fields of ``POST /gpugeek/pools``, with '-' for '_'.
+
+        More examples::
+
+            In [2]: %gpugeek_launch --gpu-type A100-80GB --count 4 --interconnect NVLink --framework "PyTorch 2.0"
+            In [3]: %gpugeek_launch --gpu-type H100-80GB --count 4 --spot-fraction 0.7 --base-pricing reserved --budget 200
+            In [4]: %gpugeek_launch --backend address --address tcp://10.0.0.5:8786 --count 8 --gpu-type H100-80GB
+            In [5]: %gpugeek_launch --backend kubernetes --namespace team-risk --gpu-type A100-80GB --count 8 --dry-run
         """
         args = parse_options(self.gpugeek_launch, line, "--gpu-type cpu --count 2 --name dev")
         with usage_errors():
@@ -120,7 +127,7 @@ class PoolMagics(Magics):
                 address=args.address,
                 namespace=args.namespace,
                 image=args.image,
-                base_pricing=args.pricing,
+                base_pricing=args.base_pricing,
             )
             if args.dry_run:
                 return self._dry_run(spec)
@@ -167,16 +174,16 @@ class PoolMagics(Magics):
     @argument("--all", action="store_true", help="the whole history, every pool ever recorded")
     @line_magic
     def gpugeek_pools(self, line: str) -> Any:
-        """A table of the pools in the registry, whoever made them (notebooks, the side panel, scripts):
-        by default live pools and those that ended in the last 24 hours, oldest first.
-
-        Examples::
+        """Example::
 
             In [1]: %gpugeek_pools
-            Out[1]:   name  status backend       gpus  owner ...
-                    0  dev   ready   local  2 x cpu  kernel 3f2a...
-            In [2]: %gpugeek_pools --live
-            In [3]: %gpugeek_pools --all
+            Out[1]:
+              name status backend     gpus        owner              created dashboard reason
+            0  dev  ready   local  2 x cpu  kernel 3f2a  2026-11-30 09:12:03  http://...
+
+        A table of the pools in the registry, whoever made them (notebooks, the side panel, scripts):
+        by default live pools and those that ended in the last 24 hours, oldest first; ``--live``
+        for live pools only, ``--all`` for every pool ever recorded.
         """
         args = parse_options(self.gpugeek_pools, line, "--live")
         if args.live and args.all:
@@ -187,36 +194,42 @@ class PoolMagics(Magics):
             return pool_table(recent_pools())
 
     @magic_arguments()
-    @argument("name", help="name of a running pool (see %%gpugeek_pools)")
+    @pool_arguments("to make current (a running pool, see %%gpugeek_pools)")
     @line_magic
     def gpugeek_use(self, line: str) -> Any:
-        """Make pool NAME the current one (attaching to it if another kernel or the server launched it).
-
-        Example::
+        """Example::
 
             In [1]: %gpugeek_use dev
+            using pool 'dev' (2 x cpu, local)
+
+        Make pool NAME (or ``--pool NAME``) the current one, the pool the other magics use when none
+        is named; a pool another kernel or the server launched is attached to.
         """
         args = parse_options(self.gpugeek_use, line, "dev")
+        name = chosen_pool(args, "gpugeek_use", "dev")
+        if name is None:
+            raise UsageError("name the pool to use (e.g. %gpugeek_use dev)")
         with usage_errors():
-            pool = get_pool_manager().use(args.name)
+            pool = get_pool_manager().use(name)
         print(f"using pool '{pool.name}' ({pool.spec.count} x {pool.spec.gpu_type}, {pool.spec.backend})")
         return None
 
     @magic_arguments()
-    @argument("name", nargs="?", default=None, help="name of the pool to stop")
+    @pool_arguments("to stop (any owner: another kernel's pool is asked to stop)")
     @argument("--all", action="store_true", help="stop every pool this kernel launched or uses")
     @line_magic
     def gpugeek_stop(self, line: str) -> None:
-        """Stop pool NAME (any owner: another kernel's pool is asked to stop) or, with --all, this kernel's pools.
-
-        Examples::
+        """Example::
 
             In [1]: %gpugeek_stop dev
-            stopped pool 'dev'
-            In [2]: %gpugeek_stop --all
+            stopped pool 'dev' (stopped)
+
+        Stop pool NAME (or ``--pool NAME``), whoever launched it, or with ``--all`` every pool this
+        kernel launched or uses: ``%gpugeek_stop --all``.
         """
         args = parse_options(self.gpugeek_stop, line, "dev")
-        if bool(args.name) == bool(args.all):
+        name = chosen_pool(args, "gpugeek_stop", "dev")
+        if (name is None) == (not args.all):
             raise UsageError("name one pool or pass --all, not both and not neither (e.g. %gpugeek_stop dev)")
         manager = get_pool_manager()
         with usage_errors():
@@ -224,5 +237,6 @@ class PoolMagics(Magics):
                 names = manager.stop_all()
                 print(f"stopped {len(names)} pool(s): {', '.join(names)}" if names else "no pool to stop")
                 return
-            record = manager.stop(args.name)
+            assert name is not None
+            record = manager.stop(name)
         print(f"stopped pool '{record.name}' ({record.status.value})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import keyword
 import sys
 from typing import Any
@@ -11,9 +12,10 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..errors import Phrase, SpecError
-from ._common import parse_options, usage_errors
+from ._common import chosen_pool, parse_options, pool_arguments, usage_errors
 
 _RUN_EXAMPLE = "--pool dev --timeout 600 -o losses"
+_SCRIPT_EXAMPLE = "%gpugeek_run --script-path train.py -- --lr 3e-5"
 
 
 def job_table(records: list[Any]) -> Any:
@@ -69,7 +71,7 @@ def _number(value: str | None, flag: str, example: int, integer: bool = False) -
 @magics_class
 class JobMagics(Magics):
     @magic_arguments()
-    @argument("--pool", default=None, help="pool to run on (default: the current pool)")
+    @pool_arguments("to run on (default: the current pool)", positional=False)
     @argument(
         "--amp", default=None, help="run under torch.autocast: bf16 or fp16 (fp16 also gives gg.scaler a GradScaler)"
     )
@@ -98,29 +100,32 @@ class JobMagics(Magics):
         metavar="NAME=VALUE",
         help="set a variable in every rank for this job only (repeatable), e.g. --env NCCL_DEBUG=INFO",
     )
-    @argument("--script", default=None, help="line magic: run this torchrun-ready script instead of a cell")
-    @argument("script_args", nargs="*", help="after --: the script's arguments")
+    @argument("--script-path", default=None, help="line magic: run this torchrun-ready script instead of a cell")
+    @argument("--script", dest="script_path", default=None, help=argparse.SUPPRESS)  # the old name, still accepted
+    @argument("args", nargs="*", metavar="ARGS", help="after --: the script's arguments")
     @line_cell_magic
     def gpugeek_run(self, line: str, cell: str | None = None) -> Any:
-        """Run a cell, or a script, on every worker of a pool: one rank per worker, torchrun's environment.
-
-        Examples::
+        """Example::
 
             In [1]: %%gpugeek_run
+               ...: print(rank, world_size)
+            [rank 0] 0 2
+            [rank 1] 1 2
+
+        Run a cell, or a script, on every worker of a pool: one rank per worker, torchrun's
+        environment. The options a script run shares with ``Job.run(...)`` have its keywords' names.
+
+        More examples::
+
+            In [2]: %%gpugeek_run --pool dev --amp bf16 --timeout 600 --max-restarts 2 -o losses
                ...: model = gg.ddp(Net())
                ...: for x, y in gg.shard(dataset, batch_size=64):
                ...:     ...
-               ...: print(rank, loss.item())
-            [rank 0] 0 0.31
-            [rank 1] 1 0.29
-
-            In [2]: %%gpugeek_run --pool dev --amp bf16 --timeout 600 --max-restarts 2 -o losses
-               ...: ...
-               ...: losses[-1]
+               ...: loss.item()
             In [3]: losses
             Out[3]: [0.29, 0.29]
 
-            In [4]: %gpugeek_run --script train.py --env HF_HOME=/data/hf -- --lr 3e-5
+            In [4]: %gpugeek_run --script-path train.py --env HF_HOME=/data/hf -- --lr 3e-5
 
             In [5]: %%gpugeek_run --env NCCL_DEBUG=INFO --env WANDB_MODE=offline
                ...: print(os.environ["WANDB_MODE"])
@@ -137,17 +142,17 @@ class JobMagics(Magics):
         from ..jobs.output import LabelledWriter
 
         args = parse_options(self.gpugeek_run, line, _RUN_EXAMPLE)
-        script_args = list(args.script_args)
+        script_args = list(args.args)
         if script_args[:1] == ["--"]:
             script_args = script_args[1:]
-        if cell is None and args.script is None:
+        if cell is None and args.script_path is None:
             raise UsageError(
-                "%gpugeek_run as a line magic runs a script (e.g. %gpugeek_run --script train.py -- --lr 3e-5); "
+                f"%gpugeek_run as a line magic runs a script (e.g. {_SCRIPT_EXAMPLE}); "
                 "for notebook code use the cell magic %%gpugeek_run"
             )
-        if cell is not None and args.script is not None:
-            raise UsageError("--script is for the line magic (e.g. %gpugeek_run --script train.py -- --lr 3e-5)")
-        if script_args and args.script is None:
+        if cell is not None and args.script_path is not None:
+            raise UsageError(f"{_script_flag_in(line)} is for the line magic (e.g. {_SCRIPT_EXAMPLE})")
+        if script_args and args.script_path is None:
             raise UsageError(f"unexpected arguments {' '.join(script_args)!r} (e.g. %%gpugeek_run {_RUN_EXAMPLE})")
         writer = LabelledWriter()
         shell = self.shell
@@ -176,8 +181,8 @@ class JobMagics(Magics):
                 "on_output": writer,
                 "on_notice": _notice,
             }
-            if args.script is not None:
-                result = run_script(pool, args.script, script_args, **options)
+            if args.script_path is not None:
+                result = run_script(pool, args.script_path, script_args, **options)
             else:
                 assert cell is not None
                 result = run_cell(
@@ -201,24 +206,31 @@ class JobMagics(Magics):
         return value
 
     @magic_arguments()
-    @argument("--pool", default=None, help="only this pool's jobs")
+    @pool_arguments("whose jobs to list (default: every pool's)")
     @argument("--limit", default="50", help="how many, newest first")
     @line_magic
     def gpugeek_jobs(self, line: str) -> Any:
-        """The job records of the registry, newest first, from every kernel.
+        """Example::
 
-        Example::
+            In [1]: %gpugeek_jobs dev --limit 2
+            Out[1]:
+                         id pool  kind     status  ranks  restarts              started  duration_s exit codes ...
+            0  job-8c41f2d0  dev  cell  succeeded      2         0  2026-11-30 09:14:41       0.012     [0, 0] ...
+            1  job-3f2a9c1d  dev  cell     failed      2         0  2026-11-30 09:14:02       0.020     [0, 1] ...
 
-            In [1]: %gpugeek_jobs --pool dev --limit 5
-            Out[1]: (table) id, pool, kind, status, ranks, restarts, started, duration_s, exit codes, failure, sha256
+        The job records of the registry, newest first, from every kernel: of pool NAME (or
+        ``--pool NAME``), else of every pool.
         """
         from ..store import get_registry
 
-        args = parse_options(self.gpugeek_jobs, line, "--pool dev --limit 20")
+        args = parse_options(self.gpugeek_jobs, line, "dev --limit 20")
+        pool = chosen_pool(args, "gpugeek_jobs", "dev --limit 20")
         with usage_errors():
             limit = _number(args.limit, "--limit", 20, integer=True)
+            if limit < 1:
+                raise SpecError(field="limit", value=args.limit, rule="a whole number >= 1", example=20)
             registry = get_registry()
-            pool_id = registry.latest_pool(args.pool).id if args.pool else None
+            pool_id = registry.latest_pool(pool).id if pool else None
             return job_table(registry.list_jobs(pool_id=pool_id, limit=limit))
 
     def _pool(self, name: str | None) -> Any:
@@ -234,6 +246,12 @@ class JobMagics(Magics):
                 field="pool",
             )
         return manager.current
+
+
+def _script_flag_in(line: str) -> str:
+    """The spelling of the script option that ``line`` used (``--script``, its old name, is still accepted)."""
+    words = line.split()
+    return "--script" if any(w == "--script" or w.startswith("--script=") for w in words) else "--script-path"
 
 
 def _job_env(assignments: list[str]) -> dict[str, str]:

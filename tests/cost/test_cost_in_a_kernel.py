@@ -69,7 +69,7 @@ def test_kernel_sigkill_mid_pool_costs_the_time_it_really_ran_within_a_heartbeat
         _kill_leftovers(leftovers)
         session.shutdown()  # the kernel is gone; this closes the channels and reaps it
 
-    (cost,) = cost_report(registry, pool="doomed", by_job=False)  # marks the dead owner's pool lost
+    (cost,) = cost_report(registry, pool="doomed", jobs=False)  # marks the dead owner's pool lost
     assert cost.status == PoolStatus.LOST.value
     intervals = registry.worker_intervals(record.id)
     assert len(intervals) == 2
@@ -104,11 +104,11 @@ def test_the_notebook_hears_about_the_budget_once_and_the_magic_reports_it(isola
         report = session.run(f"%gpugeek_cost costly --csv {csv_path} -o frame\nprint(round(frame.total_usd[0], 2))")
         assert report.error is None, report.text
         assert "costly" in report.text
-        assert "pool costly: USD " in report.stdout and "went to idle GPUs" in report.stdout
+        assert "pool costly, compute USD " in report.stdout and ": idle " in report.stdout
         assert f"wrote 1 rows to {csv_path}" in report.stdout and csv_path.exists()
         assert float(report.stdout.strip().splitlines()[-1]) >= 1.0
 
-        owned = session.run("%gpugeek_cost --compare-owned --gpu-type H100-80GB --hours-per-month 200")
+        owned = session.run("%gpugeek_tco --gpu-type H100-80GB --hours-per-month 200")
         assert owned.error is None, owned.text
         assert "1 x H100-80GB for 200 h/month (27% utilization)" in owned.stdout
         assert "20% (yours)" not in owned.text and "27% (yours)" in owned.text

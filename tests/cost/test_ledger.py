@@ -184,17 +184,74 @@ def test_idle_spend_is_price_times_one_minus_utilization_over_each_sample(clocke
     assert cost.idle_usd == pytest.approx(third * 0 + third * 1 + third * 0.5)
     assert cost.sampled_usd == pytest.approx(RESERVED)
     assert cost.mean_utilization == pytest.approx(0.5)
-    assert cost.idle_sentence() == "USD 3.49 of USD 6.97 went to idle GPUs"
+    assert cost.unsampled_hours == pytest.approx(0.0) and cost.unsampled_usd == pytest.approx(0.0)
+    assert cost.idle_sentence() == "compute USD 6.97: idle 3.49, busy 3.48"
 
 
 def test_idle_spend_is_unknown_without_samples(clocked_registry, clock):
     registry = clocked_registry
     pool = _seventy_thirty_pool(registry)
+    registry.open_worker_interval(pool, "3", "reserved", started_at=T0)
     clock.at(HOUR)
     registry.heartbeat([pool])
     cost = pool_cost(registry, pool)
     assert cost.mean_utilization is None
-    assert "unknown" in cost.idle_sentence()
+    assert cost.unsampled_usd == pytest.approx(RESERVED) and cost.unsampled_hours == pytest.approx(1.0)
+    assert cost.idle_sentence() == "compute USD 6.97: idle share unknown (1.0 h without utilization samples)"
+
+
+def test_time_without_samples_is_counted_as_unsampled_and_the_parts_add_up_to_the_compute_cost(clocked_registry, clock):
+    # %gpugeek_cost once said "USD 16.02 of USD 16.07 went to idle GPUs" of a pool that cost USD 24.67:
+    # the split covered only the sampled time, and said so nowhere
+    registry = clocked_registry
+    pool = _seventy_thirty_pool(registry)
+    registry.open_worker_interval(pool, "3", "reserved", started_at=T0)
+    registry.add_utilization(pool, 0.0, 1, at=T0 + 0.9 * HOUR)  # telemetry starts late: a baseline
+    registry.add_utilization(pool, 0.0, 1, at=T0 + 1.9 * HOUR)  # an idle hour
+    registry.add_utilization(pool, 0.5, 1, at=T0 + 2.9 * HOUR)  # a half-busy hour; then no more samples
+    clock.at(3 * HOUR)
+    registry.heartbeat([pool])
+
+    cost = pool_cost(registry, pool)
+
+    assert cost.compute_usd == pytest.approx(3 * RESERVED)
+    assert cost.idle_usd == pytest.approx(1.5 * RESERVED) and cost.busy_usd == pytest.approx(0.5 * RESERVED)
+    assert cost.unsampled_usd == pytest.approx(RESERVED) and cost.unsampled_hours == pytest.approx(1.0)
+    assert cost.idle_usd + cost.busy_usd + cost.unsampled_usd == pytest.approx(cost.compute_usd)
+    assert cost.idle_sentence() == (
+        "compute USD 20.91: idle 10.46, busy 3.48, unsampled 6.97 (1.0 h without utilization samples)"
+    )
+    shown = cost.to_dict()  # what the side panel and the report read
+    assert (shown["idle_usd"], shown["busy_usd"], shown["unsampled_usd"]) == (
+        cost.idle_usd,
+        cost.busy_usd,
+        cost.unsampled_usd,
+    )
+
+
+def test_time_without_workers_is_not_unsampled(clocked_registry, clock):
+    registry = clocked_registry
+    pool = _seventy_thirty_pool(registry)
+    worker = registry.open_worker_interval(pool, "3", "reserved", started_at=T0)
+    registry.add_utilization(pool, 0.0, 1, at=T0)
+    registry.add_utilization(pool, 1.0, 1, at=T0 + HOUR)
+    registry.close_worker_interval(worker, "worker left", stopped_at=T0 + HOUR)
+    clock.at(2 * HOUR)  # the pool lives on an hour with no worker, and no sample
+    registry.heartbeat([pool])
+    cost = pool_cost(registry, pool)
+    assert cost.unsampled_hours == pytest.approx(0.0)
+    assert cost.idle_sentence() == "compute USD 6.97: idle 0.00, busy 6.97"
+
+
+def test_a_breakdown_without_the_idle_scan_says_its_split_is_not_computed(clocked_registry, clock):
+    registry = clocked_registry
+    pool = _seventy_thirty_pool(registry)
+    registry.open_worker_interval(pool, "3", "reserved", started_at=T0)
+    clock.at(HOUR)
+    registry.heartbeat([pool])
+    cost = pool_cost(registry, pool, include_idle=False)
+    assert cost.unsampled_usd is None
+    assert cost.idle_sentence() == "compute USD 6.97 (idle share not computed)"
 
 
 def test_storage_is_priced_per_gb_month_and_network_per_gb(clocked_registry, clock):
@@ -333,4 +390,5 @@ def test_idle_spend_equals_a_brute_force_sum_over_sample_spans(tmp_path_factory,
     cost = pool_cost(registry, pool, since=since, until=until)
     assert cost.idle_usd == pytest.approx(expected_idle, abs=1e-9)
     assert cost.sampled_usd == pytest.approx(expected_sampled, abs=1e-9)
+    assert cost.idle_usd + cost.busy_usd + cost.unsampled_usd == pytest.approx(cost.compute_usd, abs=1e-9)
     registry.close()

@@ -51,7 +51,7 @@ def test_little_use_favours_the_cloud_and_heavy_use_favours_owning():
 
 
 def test_a_cloud_price_below_the_energy_cost_never_breaks_even():
-    r = tco.compare_owned("H100-80GB", hours_per_month=730, cloud_usd_per_gpu_hour=0.10)
+    r = tco.compare_owned("H100-80GB", hours_per_month=730, price=0.10)
     assert r.break_even_utilization is None
     assert "never breaks even" in r.summary()
 
@@ -80,7 +80,8 @@ def test_purchase_and_power_default_to_the_catalog():
             {"hours_per_month": 10, "pricing": "cheap"},
             r"^pricing must be on-demand, spot or reserved, got 'cheap' \(e.g. pricing='reserved'\)$",
         ),
-        ({"hours_per_month": 10, "count": 0}, r"^count must be a number from 1, got 0 \(e.g. count=8\)$"),
+        ({"hours_per_month": 10, "count": 0}, r"^count must be a whole number from 1, got 0 \(e.g. count=8\)$"),
+        ({"hours_per_month": 10, "count": 2.5}, r"^count must be a whole number from 1, got 2.5 \(e.g. count=8\)$"),
         (
             {"hours_per_month": 10, "power_watts": -1},
             r"^power_watts must be a number from 0, got -1 \(e.g. power_watts=700\)$",
@@ -133,8 +134,15 @@ def test_report_for_all_pools_since_a_date_leaves_out_pools_that_ended_before(cl
     clock.at(HOUR)
     clocked_registry.set_pool_status(old, PoolStatus.STOPPED, reason="done")
     _pool_with_a_job(clocked_registry, clock)
-    rows = tco.cost_report(clocked_registry, all_pools=True, since=T0 + 2 * HOUR, by_job=False)
+    rows = tco.cost_report(clocked_registry, all=True, since=T0 + 2 * HOUR, jobs=False)
     assert [r.pool_name for r in rows] == ["train"]
+
+
+def test_report_since_takes_a_date_as_the_magic_does(clocked_registry, clock):
+    _pool_with_a_job(clocked_registry, clock)
+    as_text = tco.cost_report(clocked_registry, all=True, since="2026-09-21", jobs=False)
+    as_timestamp = tco.cost_report(clocked_registry, all=True, since=tco.parse_since("2026-09-21"), jobs=False)
+    assert [r.to_dict() for r in as_text] == [r.to_dict() for r in as_timestamp]
 
 
 def test_report_for_an_unknown_pool_names_it():
