@@ -151,6 +151,7 @@ STANDALONE: dict[str, str] = {
     "gpugeek_stop": "a pool's name is its only input: Pool.stop() in Python, DELETE /gpugeek/pools/{name} in REST",
     "gpugeek_monitor": "a live widget; Python reads the same samples with pool.metrics()",
     "gpugeek_doctor": "checks this machine and takes no options (gpugeek-jupyter doctor in a terminal)",
+    "gpugeek_where": "a report for people of where a running job's ranks are; the pool is its only input",
 }
 
 # (operation, option) -> (the surfaces it is on, why it is on those only)
@@ -206,7 +207,15 @@ ALIASES: dict[tuple[str, str], tuple[str, str]] = {
 SHORT_FLAGS = {"-o": "output"}  # -o VAR in every magic that stores a value
 
 # magics that act on a pool: --pool NAME in all of them, and NAME as a word unless said otherwise
-POOL_MAGICS = {"gpugeek_use", "gpugeek_stop", "gpugeek_cost", "gpugeek_tco", "gpugeek_monitor", "gpugeek_jobs"}
+POOL_MAGICS = {
+    "gpugeek_use",
+    "gpugeek_stop",
+    "gpugeek_cost",
+    "gpugeek_tco",
+    "gpugeek_monitor",
+    "gpugeek_jobs",
+    "gpugeek_where",
+}
 POOL_FLAG_ONLY = {"gpugeek_run": "its words are the script's arguments (after --)"}
 
 
