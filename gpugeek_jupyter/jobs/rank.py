@@ -12,7 +12,8 @@ The driver (:mod:`.runner`) calls these functions with the worker's ``run`` hand
   (torchrun's "agent store") on a port its OS picks;
 - :func:`run_rank` runs the job and answers a :class:`~.payload.RankOutcome`;
 - :func:`cancel_rank`, :func:`where_rank`, :func:`kill_rank` stop a job, say where a rank is, and,
-  last resort for a rank stuck in C code, end the worker process so the nanny starts a fresh one.
+  last resort for a rank stuck in C code, end the worker process so the nanny starts a fresh one;
+- :func:`stack_rank` says where whatever job runs here is, with its stack (``%gpugeek_where``).
 
 A rank that fails destroys its process group at once: its sockets close, so peers blocked in a
 collective get an error instead of waiting for the gloo/NCCL timeout.
@@ -246,6 +247,32 @@ def where_rank(launch: str) -> dict[str, Any]:
     assert active is not None and active.thread is not None
     frame = sys._current_frames().get(active.thread.ident or -1)
     return {"running": True, **describe_stack(frame, active.filename)}
+
+
+def stack_rank(dask_worker: Any = None) -> dict[str, Any]:
+    """Where this worker's rank is now, whatever job it runs (``%gpugeek_where``, from any process):
+    :func:`where_rank`'s answer plus the job id, the rank and the stack (:func:`.where.stack_frames`).
+
+    ``{"running": False}`` when no job runs here; ``job_id`` and ``rank`` of the last job are kept, so a
+    rank that finished before its peers says so.
+    """
+    from .where import stack_frames
+
+    active, slot = _runtime.active, _runtime.slot
+    facts: dict[str, Any] = {"running": False, "pid": os.getpid()}
+    if active is not None:
+        facts.update(job_id=active.job_id, rank=active.rank, host=slot.host if slot else None)
+        facts["world_size"] = slot.world_size if slot else None
+    if not _running(active):
+        return facts
+    assert active is not None and active.thread is not None
+    frame = sys._current_frames().get(active.thread.ident or -1)  # one snapshot for both views
+    return {
+        **facts,
+        "running": True,
+        **describe_stack(frame, active.filename),
+        "frames": stack_frames(frame, active.filename),
+    }
 
 
 def kill_rank(launch: str | None, dask_worker: Any = None) -> bool:

@@ -234,3 +234,31 @@ class PoolTransport:
         for address in set(addresses) - self._followed:
             self.client.subscribe_topic(address, functools.partial(receive, address))
         self._followed = set(addresses)
+
+
+def ask_scheduler_workers(
+    address: str,
+    pool_name: str,
+    function: Callable[..., Any],
+    *args: Any,
+    timeout: float = 3.0,
+    connect_timeout: float = DIRECT_CONNECT_S,
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """From any process (a second kernel, the server): the workers of the scheduler at ``address``
+    and the answers of ``function(*args)`` from those that answered within ``timeout`` s, each asked
+    on its own (:meth:`PoolTransport.ask`), over a short-lived client closed before returning.
+
+    Raises ``OSError`` or ``TimeoutError`` when the scheduler cannot be reached in ``connect_timeout``.
+    """
+    from distributed import Client
+
+    client = Client(address, set_as_default=False, timeout=connect_timeout)
+    try:
+        transport = PoolTransport(client, pool_name)
+        workers = transport.live_workers()
+        return workers, transport.ask(function, sorted(workers), *args, timeout=timeout)
+    finally:
+        try:
+            client.close(timeout=connect_timeout)
+        except Exception as e:  # the answers are in; only this client's clean-up is lost
+            log.info("pool %s: the client asking %s did not close cleanly: %s", pool_name, _name(function), e)
