@@ -34,7 +34,7 @@ browser:
 # Static checks first (seconds), then the tests: lint and types of both halves, the layers contract.
 check: setup
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check gpugeek_jupyter tests bench docs
+	$(VENV)/bin/ruff format --check gpugeek_jupyter tests bench docs/griffe_docstrings.py
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	cd labextension && ../$(VENV)/bin/jlpm typecheck && ../$(VENV)/bin/jlpm lint
