@@ -67,7 +67,7 @@ class Syntax:
     """How one surface writes an option's name, a value, and an option set to a value.
 
     ``flags`` renames options for a magic whose flag is not ``--`` + the keyword with '-' for '_'
-    (``base_pricing`` is ``--pricing``); an empty flag is a positional argument.
+    (for example an option that is a positional argument there: an empty flag).
     """
 
     surface: Surface

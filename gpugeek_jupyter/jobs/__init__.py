@@ -60,15 +60,21 @@ def run_cell(
     amp: str | None = None,
     stream: bool = True,
     rank0: bool = False,
+    ranks: str | Sequence[int] | None = None,
     env: Mapping[str, str] | None = None,
     on_output: OutputCallback | None = None,
     on_notice: NoticeCallback | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> JobResult:
-    """Run notebook code on every worker of ``pool``; names it uses come from ``namespace``."""
+    """Run notebook code on every worker of ``pool`` (or on ``ranks`` only, e.g. ``"0,2-3"``: the
+    same namespaces and warm process group, for inspection; collectives need every rank and end
+    as ``cannot complete`` naming the ranks that did not take part); names it uses come from
+    ``namespace``."""
     from .agent import agent_for
     from .cell import prepare_cell
-    from .request import JobRequest
+    from .request import JobRequest, parse_ranks
+
+    chosen = parse_ranks(ranks)
 
     program = prepare_cell(source, namespace, hidden=hidden, rank0_only=rank0)
     request = JobRequest(
@@ -79,6 +85,7 @@ def run_cell(
         stream=stream,
         amp=amp,
         env=dict(env) if isinstance(env, Mapping) else env or {},  # validate() checks it
+        ranks=chosen,
     )
     return agent_for(pool).run(request, on_output, on_notice, on_progress)
 

@@ -63,6 +63,7 @@ class JobAgent:
         self._lock = threading.Lock()
         self._events: dict[str, Events] = {}  # job id -> what its watch hears
         self._subscribed = False
+        self._warm_generation: str | None = None  # the generation whose group every rank has joined
 
     # -- public --------------------------------------------------------------------------------
     def run(
@@ -172,9 +173,12 @@ class JobAgent:
         on_progress: ProgressCallback | None = None,
     ) -> AttemptResult:
         layout, changed = self.roster.ready_layout()
+        request.check_ranks(layout.world_size)
         if changed or request.kind == "script" or self.group is None:
             self.group = self.groups.build(layout)
         group = self.group
+        if request.ranks is not None and self._warm_generation != group.generation:
+            self._warm_up()  # a cell on some ranks cannot bring the others into the group
         job = RankJob(
             job_id=job_id,
             attempt=attempt_no,
@@ -192,6 +196,8 @@ class JobAgent:
             pool=self.pool.name,
         )
         blob = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)  # plain data; names are cloudpickled inside
+        chosen = set(request.ranks) if request.ranks is not None else None
+        launched = [s.address for s in group.layout.slots if chosen is None or s.rank in chosen]
         watch = AttemptWatch(
             self.transport,
             self.roster,
@@ -204,14 +210,17 @@ class JobAgent:
             on_output,
             logs,
             on_progress,
+            launched,
         )
         try:
-            self.transport.launch(events, group.layout.addresses, rank_side.run_rank, blob)
-            record.started(group.layout.world_size)
+            self.transport.launch(events, launched, rank_side.run_rank, blob)
+            record.started(len(launched))
         except KeyboardInterrupt:
             watch.interrupt()
         watch.wait()
         attempt = watch.outcome()
+        if attempt.ok and request.ranks is None and request.kind == "cell":
+            self._warm_generation = group.generation  # every rank has joined this generation's group
         if not attempt.ok or request.kind == "script":  # a script's group is gone with it
             self.group = None
         if watch.gone:
@@ -219,6 +228,34 @@ class JobAgent:
         if request.kind == "script":  # fresh processes for the next job, as torchrun starts them per run
             self.roster.restart(set(group.layout.addresses) - watch.gone, "a script ran in them")
         return attempt
+
+    def _warm_up(self) -> None:
+        """Bring every rank into the current group with an empty cell (joining is collective: a cell
+        run on some ranks only would wait for the others)."""
+        from .cell import prepare_cell
+
+        program = prepare_cell("None", {})
+        request = JobRequest(code=program.code, sha256=program.sha256)
+        job_id = f"{new_job_id()}-warm-up"
+        events: Events = queue.Queue()
+        self._events[job_id] = events
+        try:
+            attempt = self._attempt(
+                job_id,
+                0,
+                request,
+                events,
+                time.monotonic() + 60.0,
+                lambda rank, stream, text: None,
+                JobLogs(job_id, on_disk=False),
+                JobRecord(self.pool, job_id, request, kept=False),
+            )
+        finally:
+            self._events.pop(job_id, None)
+        if not attempt.ok:
+            raise JobFailedError(
+                f"pool '{self.pool.name}': its ranks could not join the process group: {attempt.failure}"
+            )
 
     # -- events --------------------------------------------------------------------------------
     def _subscribe(self) -> None:

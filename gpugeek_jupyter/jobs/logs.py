@@ -78,7 +78,7 @@ class _RankLog:
 class JobLogs:
     """The output of one job's ranks: on disk (bounded), and in memory for its ``JobResult``."""
 
-    def __init__(self, job_id: str) -> None:
+    def __init__(self, job_id: str, on_disk: bool = True) -> None:
         config = get_config()
         self.job_id = job_id
         self.limit = max(1024, int(config.job_log_bytes))
@@ -87,7 +87,9 @@ class JobLogs:
         self._memory: dict[int, list[str]] = {}
         self._memory_chars: dict[int, int] = {}
         self._lock = threading.Lock()
-        self._disk_failed = False
+        self._disk_failed = not on_disk
+        if not on_disk:
+            return
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             _prune(self.directory.parent, keep=max(1, int(config.job_logs_keep)), current=self.directory)

@@ -21,16 +21,17 @@ if TYPE_CHECKING:
 class JobRecord:
     """The registry row of one job of ``pool``."""
 
-    def __init__(self, pool: Pool, job_id: str, request: JobRequest) -> None:
+    def __init__(self, pool: Pool, job_id: str, request: JobRequest, kept: bool = True) -> None:
         self.registry = pool.registry  # the registry that holds this pool's row
         self.pool = pool
         self.job_id = job_id
         self.request = request
+        self.kept = kept  # False: the agent's own work (warming the group up), not a user's job
         self.written = False
 
     def started(self, world_size: int) -> None:
         """The ranks were launched (idempotent: a restart keeps the row)."""
-        if self.written:
+        if self.written or not self.kept:
             return
         self.registry.add_job(
             self.job_id,

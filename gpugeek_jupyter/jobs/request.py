@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,7 @@ class JobRequest:
     stream: bool = True
     amp: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # the job's own variables (checked by job_env)
+    ranks: tuple[int, ...] | None = None  # run on these ranks only (cells); None: every rank
 
     @property
     def kind(self) -> str:
@@ -41,3 +44,50 @@ class JobRequest:
         self.env = check_job_env(self.env)
         if self.amp not in (None, "bf16", "fp16"):
             raise SpecError(field="amp", value=self.amp, rule="bf16 or fp16", example="bf16")
+        if self.ranks is not None and self.kind == "script":
+            raise SpecError(
+                field="ranks", value=",".join(map(str, self.ranks)), rule="for cells only (a script runs on every rank)"
+            )
+
+    def check_ranks(self, world_size: int) -> None:
+        """The chosen ranks exist in a pool of ``world_size`` ranks."""
+        beyond = [r for r in self.ranks or () if r >= world_size]
+        if beyond:
+            raise SpecError(
+                field="ranks",
+                value=",".join(map(str, self.ranks or ())),
+                rule=f"ranks of this pool, 0 to {world_size - 1}",
+                example="0" if world_size == 1 else f"0,1-{world_size - 1}" if world_size > 2 else "0,1",
+            )
+
+
+_SPAN = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+def parse_ranks(spec: str | Sequence[int] | None) -> tuple[int, ...] | None:
+    """``"0,2-3"`` (or ``[0, 2, 3]``) -> ``(0, 2, 3)``; ``None`` -> every rank. A bad spec is a
+    ``SpecError`` naming it.
+
+    >>> parse_ranks("0,2-3")
+    (0, 2, 3)
+    """
+    if spec is None:
+        return None
+    example = "0,2-3"
+    if isinstance(spec, str):
+        chosen: set[int] = set()
+        for part in spec.split(","):
+            span = _SPAN.fullmatch(part.strip())
+            if span is None:
+                raise SpecError(field="ranks", value=spec, rule="rank numbers and ranges", example=example)
+            first, last = int(span.group(1)), int(span.group(2) or span.group(1))
+            if last < first:
+                raise SpecError(field="ranks", value=spec, rule="ranges from low to high", example=example)
+            chosen.update(range(first, last + 1))
+        return tuple(sorted(chosen))
+    numbers = [r for r in spec if isinstance(r, int) and not isinstance(r, bool)] if isinstance(spec, Sequence) else []
+    if numbers and len(numbers) == len(spec):
+        if any(r < 0 for r in numbers):
+            raise SpecError(field="ranks", value=list(spec), rule="rank numbers >= 0", example=[0, 2, 3])
+        return tuple(sorted(set(numbers)))
+    raise SpecError(field="ranks", value=spec, rule="rank numbers and ranges", example=example)

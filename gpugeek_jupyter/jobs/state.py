@@ -7,7 +7,8 @@ when every rank returned. The agent (:mod:`.agent`) reads only the state to deci
 - ``NOT_STARTED``: nothing of the user's ran (a rebuilt group, a busy or vanished worker); it is run
   again at once, a few times, and otherwise treated as ``FAILED``;
 - ``FAILED``: a rank failed or its worker died; restarted while ``max_restarts`` allows;
-- ``SUCCEEDED``, ``TIMED_OUT``, ``INTERRUPTED``, ``POOL_STOPPED``: the job ends.
+- ``SUCCEEDED``, ``TIMED_OUT``, ``INTERRUPTED``, ``POOL_STOPPED``, ``CANNOT_COMPLETE`` (a cell run
+  on some ranks waits in a collective that needs the others): the job ends.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class StopCause(str, Enum):
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"  # the notebook's interrupt
     POOL_STOPPED = "pool-stopped"  # the pool is stopping (budget, idle, a stop from elsewhere)
+    CANNOT_COMPLETE = "cannot-complete"  # a rank waits in a collective whose peers do not run (--ranks)
 
 
 class AttemptState(str, Enum):
@@ -38,6 +40,7 @@ class AttemptState(str, Enum):
     TIMED_OUT = "timed-out"
     INTERRUPTED = "interrupted"
     POOL_STOPPED = "pool-stopped"
+    CANNOT_COMPLETE = "cannot-complete"
 
     @property
     def job_status(self) -> JobStatus:

@@ -35,6 +35,8 @@ CANCEL_GRACE_S = 1.5  # a cancelled rank has this long to stop before its worker
 NANNY_END_S = 5.0  # a nanny ends a frozen worker (SIGKILL) within about 2 s; peers then fail
 KILL_WAIT_S = 5.0  # how long an ended worker may take to be seen gone
 OUTPUT_DRAIN_S = 2.0  # late output events are awaited this long after the last rank answered
+PEER_CHECK_S = 1.0  # a cell on some ranks: how often to look for ranks waiting in a collective
+PEER_WAIT_S = 5.0  # a collective waited in this long, with ranks not taking part, cannot complete
 
 
 class AttemptWatch:
@@ -53,6 +55,7 @@ class AttemptWatch:
         on_output: OutputCallback,
         logs: JobLogs,
         on_progress: ProgressCallback | None = None,
+        addresses: list[str] | None = None,
     ) -> None:
         self.transport = transport
         self.roster = roster
@@ -67,7 +70,13 @@ class AttemptWatch:
         self.on_progress = on_progress
         self.logs = logs
         self.answers: dict[str, RankOutcome | BaseException] = {}
-        self.pending = set(layout.addresses)
+        self.launched = list(addresses) if addresses is not None else list(layout.addresses)  # --ranks: some
+        self.slots = [slot for slot in layout.slots if slot.address in set(self.launched)]
+        self.pending = set(self.launched)
+        # a cell on some ranks only: a collective there waits for ranks that do not run it
+        self.partial = len(self.launched) < layout.world_size
+        self.next_peer_check = time.monotonic() + PEER_CHECK_S if self.partial else None
+        self.in_collective_since: dict[str, float] = {}
         self.ended: list[int] = []  # ranks that reported a failure, in order
         self.received: dict[int, int] = {}  # output events seen per rank
         self.stopping: StopCause | None = None
@@ -103,6 +112,8 @@ class AttemptWatch:
             wake.append(self.next_kill_check)
         if self.kill_at is not None:
             wake.append(self.kill_at + KILL_WAIT_S)
+        if self.next_peer_check is not None and self.stopping is None:
+            wake.append(self.next_peer_check)
         try:
             kind, payload = self.events.get(timeout=max(0.0, min(wake) - now))
         except queue.Empty:
@@ -123,6 +134,9 @@ class AttemptWatch:
         now = time.monotonic()
         if self.stopping is None and self.deadline is not None and now >= self.deadline:
             self._time_out()
+        if self.stopping is None and self.next_peer_check is not None and now >= self.next_peer_check:
+            self._check_collectives_without_peers()
+            self.next_peer_check = time.monotonic() + PEER_CHECK_S
         if self.next_kill_check is not None and self.pending - self.killed and now >= self.next_kill_check:
             ended_from_outside = self._kill_stuck(everyone=bool(self.killed))
             # a nanny takes a while to end a frozen worker; its peers fail once it is gone
@@ -225,9 +239,40 @@ class AttemptWatch:
             self.roster.end_workers(frozen)
         return bool(frozen)
 
+    def _check_collectives_without_peers(self) -> None:
+        """A cell run on some ranks (``--ranks``) that waits in a collective for longer than
+        ``PEER_WAIT_S`` is waiting for ranks that do not run it: end it, naming them."""
+        waiting = sorted(self.pending - self.gone)
+        where = self.transport.ask(rank_side.where_rank, waiting, self.launch, timeout=2.0)
+        now = time.monotonic()
+        for address in waiting:
+            info = where.get(address)
+            if isinstance(info, dict) and info.get("collective"):
+                self.in_collective_since.setdefault(address, now)
+            else:
+                self.in_collective_since.pop(address, None)
+        stuck = {a: where[a] for a, since in self.in_collective_since.items() if now - since >= PEER_WAIT_S}
+        if not stuck:
+            return
+        launched = {slot.rank for slot in self.slots}
+        absent = [r for r in range(self.layout.world_size) if r not in launched]
+        waits = "; ".join(
+            f"{_ranks([self.layout.slot_of(a).rank])} in {info['collective']}"
+            + (f" at {info['at']}" if info.get("at") else "")
+            for a, info in sorted(stuck.items(), key=lambda item: self.layout.slot_of(item[0]).rank)
+        )
+        self._stop(
+            StopCause.CANNOT_COMPLETE,
+            f"job {self.job_id} cannot complete: {waits} waits for {_ranks(absent)}, which did not take part "
+            f"(the cell ran on {_ranks(sorted(launched))} only); collectives need every rank of their "
+            "group: run this cell on every rank, or keep collectives out of cells run with --ranks",
+        )
+
     def _time_out(self) -> None:
         where = self.transport.ask(rank_side.where_rank, sorted(self.pending - self.gone), self.launch, timeout=3.0)
         where.update({a: {"running": False} for a in self.answers})
+        absent = {slot.address for slot in self.layout.slots} - set(self.launched)
+        where.update({a: {"absent": True} for a in absent})
         self._stop(StopCause.TIMEOUT, timeout_message(self.job_id, self.timeout or 0.0, self.layout, where))
 
     def _drain_output(self) -> None:
@@ -249,8 +294,8 @@ class AttemptWatch:
     def outcome(self) -> AttemptResult:
         import cloudpickle
 
-        ranks = {slot.rank: self._report(slot.address) for slot in self.layout.slots}
-        answers = {slot.rank: self.answers.get(slot.address) for slot in self.layout.slots}
+        ranks = {slot.rank: self._report(slot.address) for slot in self.slots}
+        answers = {slot.rank: self.answers.get(slot.address) for slot in self.slots}
         if all(isinstance(a, RankOutcome) and a.status == "ok" for a in answers.values()):
             try:
                 values = {r: cloudpickle.loads(a.value_blob) if a.value_blob else None for r, a in answers.items()}  # type: ignore[union-attr]
@@ -277,6 +322,8 @@ class AttemptWatch:
             )
         if self.stopping is StopCause.TIMEOUT:
             return AttemptResult(AttemptState.TIMED_OUT, ranks, failure=self.stop_message)
+        if self.stopping is StopCause.CANNOT_COMPLETE:
+            return AttemptResult(AttemptState.CANNOT_COMPLETE, ranks, failure=self.stop_message)
         # nothing of the user's failed: the job met a rebuilt group, a busy worker or a worker that had
         # gone before the job reached it; it runs again once the pool is whole
         not_started = [
@@ -387,6 +434,8 @@ def timeout_message(job_id: str, timeout: float, layout: Layout, where: dict[str
         info = where.get(slot.address)
         if isinstance(info, dict) and info.get("collective"):
             waiting.setdefault(info["collective"], []).append(slot.rank)
+        elif isinstance(info, dict) and info.get("absent"):
+            behind.append((slot.rank, "did not take part (--ranks)"))
         elif isinstance(info, dict) and info.get("running"):
             behind.append((slot.rank, f"at {info.get('at') or 'an unknown line'}"))
         elif isinstance(info, dict):

@@ -91,8 +91,8 @@ FIELD_RULES = [
         id="gpu_type",
     ),
     pytest.param(
-        {"base_pricing": "free"},  # the magic's flag is --pricing
-        "--pricing must be on-demand or reserved, got 'free' (e.g. --pricing reserved)",
+        {"base_pricing": "free"},
+        "--base-pricing must be on-demand or reserved, got 'free' (e.g. --base-pricing reserved)",
         "base_pricing must be on-demand or reserved, got 'free' (e.g. base_pricing='reserved')",
         '"base_pricing" must be on-demand or reserved, got "free" (e.g. "base_pricing": "reserved")',
         id="base_pricing",

@@ -19,6 +19,7 @@ def test_each_state_maps_to_the_jobs_final_status() -> None:
         AttemptState.TIMED_OUT: JobStatus.FAILED,
         AttemptState.INTERRUPTED: JobStatus.CANCELLED,
         AttemptState.POOL_STOPPED: JobStatus.CANCELLED,
+        AttemptState.CANNOT_COMPLETE: JobStatus.FAILED,
     }
 
 

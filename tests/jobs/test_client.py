@@ -79,10 +79,14 @@ def test_create_job_launches_a_pool_and_runs_a_script(tmp_path: Path, monkeypatc
 def test_job_on_a_running_pool_leaves_it_running(pool: Any, in_tmp: Path) -> None:
     from gpugeek_jupyter import ClusterClient
 
-    (in_tmp / "fail.py").write_text("import sys\nsys.exit(4)\n")
+    # rank 1 exits once rank 0 has: the first failure stops the other ranks, so rank 1 could otherwise
+    # be stopped (no exit status) before its own sys.exit(4), depending on timing
+    (in_tmp / "fail.py").write_text(
+        "import os, sys, time\nif os.environ['RANK'] == '1':\n    time.sleep(30)\nsys.exit(4)\n"
+    )
     job = ClusterClient().job_on("jobs")
     result = job.run("fail.py", stream=False)
-    assert not result.ok and result.returncodes == [4, 4]
+    assert not result.ok and result.returncodes == [4, None] and result.failed_rank == 0, result
     job.stop()
     assert pool.status.is_live
     assert [r.id for r in ClusterClient().jobs(limit=1)] == [result.job_id]

@@ -1,0 +1,55 @@
+"""``--ranks``: a cell on some ranks only, in the same namespaces and warm process group."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpugeek_jupyter.errors import SpecError
+from gpugeek_jupyter.jobs import run_cell
+from gpugeek_jupyter.jobs.request import parse_ranks
+from gpugeek_jupyter.store import JobStatus
+
+pytestmark = pytest.mark.slow
+
+
+def test_rank_specs_parse_and_bad_ones_are_named() -> None:
+    assert parse_ranks("0") == (0,) and parse_ranks("0,2-3") == (0, 2, 3) and parse_ranks([3, 1, 1]) == (1, 3)
+    assert parse_ranks(None) is None
+    for bad in ("x", "1-0", "", "0,,1", "-1"):
+        with pytest.raises(SpecError) as error:
+            parse_ranks(bad)
+        message = str(error.value)
+        assert repr(bad) in message and "0,2-3" in message and "\n" not in message, message
+
+
+def test_a_cell_on_one_rank_sees_the_namespace_the_whole_world_built(pool) -> None:
+    ns: dict[str, object] = {}
+    built = run_cell(pool, "import torch\nweights = torch.full((2,), float(rank))\nrank", ns)
+    assert built.ok and built.values == [0, 1]
+    one = run_cell(pool, "print('inspecting', rank, world_size)\nweights.tolist()", ns, ranks="1")
+    assert one.ok, one.failure
+    assert one.values == [[1.0, 1.0]] and [r.rank for r in one.ranks] == [1]
+    assert one.output == ["inspecting 1 2\n"]
+    after = run_cell(pool, "t = torch.ones(1)\ndist.all_reduce(t)\nt.item()", ns)  # the group is still warm
+    assert after.ok and after.values == [2.0, 2.0]
+
+
+def test_a_collective_from_a_subset_ends_naming_the_ranks_that_did_not_take_part(pool) -> None:
+    started = time.monotonic()
+    result = run_cell(pool, "import torch\nt = torch.ones(1)\ndist.all_reduce(t)", {}, ranks="0")
+    took = time.monotonic() - started
+    assert result.status is JobStatus.FAILED
+    failure = result.failure or ""
+    assert "cannot complete" in failure and "rank 1, which did not take part" in failure, failure
+    assert "dist.all_reduce()" in failure and "line 3" in failure, failure
+    assert took < 30, took
+    again = run_cell(pool, "import torch\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()", {})  # the pool heals
+    assert again.ok and again.values == [2.0, 2.0], again.failure
+
+
+def test_ranks_beyond_the_pool_are_refused_before_anything_runs(pool) -> None:
+    with pytest.raises(SpecError) as error:
+        run_cell(pool, "rank", {}, ranks="0,9")
+    assert "'0,9'" in str(error.value) and "0 to 1" in str(error.value)
