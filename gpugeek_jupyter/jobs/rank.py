@@ -97,6 +97,9 @@ class _Runtime:
         # the processes below this worker between jobs, taken after each job has answered (off the
         # critical path): a job that fails ends those it started, and only those
         self.known_children: set[int] | None = None
+        # the names cells assigned on this rank, kept for the next cells (a REPL per rank) until the
+        # process group is rebuilt: what they hold may be bound to the old group (DDP models)
+        self.namespace: dict[str, Any] | None = None
 
     def busy(self) -> bool:
         return _running(self.active)
@@ -122,6 +125,7 @@ def prepare_generation(generation: str, slots: dict[str, RankSlot], dask_worker:
     facts: dict[str, Any] = {"pid": os.getpid(), "busy": _runtime.busy(), "port": None, "own_gpu": _own_gpu()}
     if facts["busy"]:
         return facts
+    _runtime.namespace = None  # freed while the old group still exists, as a cell's names were
     _drop_group()
     slot = slots[dask_worker.address]
     _runtime.generation, _runtime.slot, _runtime.store = generation, slot, None
@@ -501,7 +505,9 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob) 
     helpers = Helpers(
         rank=slot.rank, world_size=slot.world_size, local_rank=slot.local_rank, device=device, amp=job.amp
     )
-    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    namespace = _runtime.namespace
+    if namespace is None:
+        namespace = _runtime.namespace = {"__name__": "__main__", "__builtins__": builtins}
     with _user_code(active):
         _ensure_group(job, device)
         for alias, module in code.imports:
