@@ -288,6 +288,7 @@ class WhereReport:
     entries: dict[int, dict[str, Any]] = field(default_factory=dict)
     idle_workers: list[str] = field(default_factory=list)  # workers of the pool with no rank of the job
     elapsed_s: float = 0.0
+    unreachable: str | None = None  # why no worker could be asked (the scheduler does not answer)
 
     @property
     def running(self) -> bool:
@@ -299,6 +300,9 @@ class WhereReport:
 
     def summary(self) -> str:
         """The first line of :meth:`format`."""
+        if self.unreachable is not None:
+            job = f"job {self.job_id} on " if self.job_id else ""
+            return f"{job}pool {self.pool!r}: its ranks cannot be asked: {self.unreachable}"
         if self.job_id is None:
             return f"no job is running on pool {self.pool!r}"
         ranks = f"{len(self.entries)} rank{'s' if len(self.entries) != 1 else ''}"
@@ -306,7 +310,7 @@ class WhereReport:
 
     def format(self) -> str:
         """The summary line, then each group's stack; one line when no job is running."""
-        if self.job_id is None:
+        if self.job_id is None or self.unreachable is not None:
             return self.summary()
         lines = [self.summary(), *group_where(self.entries).splitlines()[1:]]
         if self.idle_workers:
@@ -324,6 +328,7 @@ class WhereReport:
             "ranks": [{"rank": rank, **self.entries[rank]} for rank in sorted(self.entries)],
             "idle_workers": list(self.idle_workers),
             "elapsed_s": round(self.elapsed_s, 3),
+            "unreachable": self.unreachable,
         }
 
 
@@ -335,7 +340,8 @@ def where_report(
     ``pool_name_or_record``: a live pool's name, its :class:`~gpugeek_jupyter.store.PoolRecord`, or
     anything with ``name`` and ``scheduler_address`` (a :class:`~gpugeek_jupyter.pools.Pool`). Each
     worker has ``timeout`` seconds to answer; one that does not is "not responding", so a frozen
-    worker delays the report by ``timeout`` at most.
+    worker delays the report by ``timeout`` at most. A scheduler that does not answer within
+    :data:`CONNECT_TIMEOUT_S` gives a report that says so (``unreachable``).
 
     >>> print(where_report("dev").summary())  # doctest: +SKIP
     job 3f2a9c on pool 'dev', 2 ranks: rank 0 waiting in dist.all_reduce at cell:5; rank 1 at cell:3
@@ -350,15 +356,10 @@ def where_report(
         workers, answers = ask_scheduler_workers(
             address, name, rank_side.stack_rank, timeout=timeout, connect_timeout=CONNECT_TIMEOUT_S
         )
-    except (OSError, TimeoutError) as e:
-        raise GpugeekError(
-            Phrase(
-                "the scheduler of pool {name} ({address}) does not answer: {error}",
-                name=Value(name),
-                address=address,
-                error=str(e),
-            )
-        ) from e
+    except (OSError, TimeoutError) as e:  # data that says why, not an error: the pool may be going
+        unreachable = f"its scheduler {address} does not answer ({type(e).__name__}: {e})"
+        recorded = _recorded_running_job(registry, pool_id)
+        return WhereReport(name, recorded, elapsed_s=time.monotonic() - started, unreachable=unreachable)
     recorded = _recorded_running_job(registry, pool_id)
     return _assemble(name, workers, answers, recorded, timeout, time.monotonic() - started)
 

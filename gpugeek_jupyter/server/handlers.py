@@ -22,7 +22,8 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from ..errors import GpugeekError, Surface
+from ..errors import ConflictError, GpugeekError, Phrase, Surface, Value
+from ..store import JobStatus, Registry
 from .launch_request import parse_launch_body
 from .pools_query import parse_pools_query
 from .service import GpugeekService
@@ -135,6 +136,48 @@ class JobHandler(GpugeekHandler):
         await self.answer(self.service.job, job_id)
 
 
+class JobWhereHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        # asks every worker, up to 5 s for a frozen one: on its own thread, not the shared executor
+        await self.answer(job_where, self.service.registry, job_id, slow=True)
+
+
+def job_where(registry: Registry, job_id: str) -> dict[str, Any]:
+    """``GET /gpugeek/jobs/<id>/where``: where each rank of a running job is now, per rank and as the
+    grouped text of ``%gpugeek_where`` (:func:`~gpugeek_jupyter.jobs.where.where_report`); a job
+    that is not running is a conflict (409)."""
+    from ..jobs.where import where_report
+
+    job = registry.job(job_id)
+    if job.status is not JobStatus.RUNNING:
+        raise ConflictError(
+            Phrase(
+                "job {job} is not running (it is {status}): its ranks can be shown only while it runs",
+                job=Value(job_id),
+                status=job.status.value,
+            )
+        )
+    pool = registry.pool_by_id(job.pool_id)
+    if not pool.status.is_live:
+        raise ConflictError(
+            Phrase(
+                "job {job} is not running: its pool {pool} is {status}",
+                job=Value(job_id),
+                pool=Value(pool.name),
+                status=pool.status.value,
+            )
+        )
+    report = where_report(pool, registry=registry)
+    if report.job_id != job_id:
+        now = f"job {report.job_id} is running there now" if report.job_id else "no rank of it answers as running"
+        raise ConflictError(
+            Phrase("job {job} is not running on pool {pool} ({now})", job=Value(job_id), pool=Value(pool.name), now=now)
+        )
+    return {"where": report.to_json()}
+
+
 class CatalogHandler(GpugeekHandler):
     @web.authenticated
     @authorized
@@ -166,6 +209,7 @@ def route_table(base_url: str) -> list[tuple[str, type[GpugeekHandler]]]:
         (f"pools/{_NAME}/metrics", PoolMetricsHandler),
         ("jobs", JobsHandler),
         (r"jobs/(?P<job_id>[^/]+)", JobHandler),
+        (r"jobs/(?P<job_id>[^/]+)/where", JobWhereHandler),
         ("catalog", CatalogHandler),
         (r"openapi\.json", OpenApiHandler),
     ]
