@@ -143,6 +143,7 @@ class Job:
         stream: bool = True,
         on_output: Callable[[int, str, str], None] | None = None,
         env: dict[str, str] | None = None,
+        output: str | None = None,
     ) -> JobResult:
         """Run a script on every rank as ``torchrun --nproc_per_node=N`` would; returns a ``JobResult``.
 
@@ -153,25 +154,34 @@ class Job:
 
         ``env`` sets variables in every rank for this run only (``env={"NCCL_DEBUG": "INFO"}``),
         on every backend; torchrun's own variables cannot be overridden.
+
+        ``output`` is how the ranks' lines are written: ``"grouped"`` (lines alike shown once, as
+        ``[ranks 0-7] ...``), ``"all"`` (``[rank N]`` each) or ``"rank0"``; by default
+        ``GpugeekConfig.output_mode`` (grouped past 2 ranks). Every rank's full log stays on disk:
+        ``result.logs(rank)``.
         """
         from .jobs import run_script
         from .jobs.job_env import check_job_env
-        from .jobs.output import LabelledWriter
+        from .jobs.output import output_writer
 
         with phrased_for(Surface.PYTHON):
             env = check_job_env(env)
-            output = on_output if on_output is not None else (LabelledWriter() if stream else None)
-            result = run_script(
-                self.pool,
-                script_path,
-                args=args,
-                hyperparams=hyperparams,
-                timeout=timeout,
-                max_restarts=max_restarts,
-                stream=stream,
-                on_output=output,
-                env=env,
-            )
+            writer = output_writer(output, max(1, int(self.pool.spec.count))) if stream and on_output is None else None
+            try:
+                result = run_script(
+                    self.pool,
+                    script_path,
+                    args=args,
+                    hyperparams=hyperparams,
+                    timeout=timeout,
+                    max_restarts=max_restarts,
+                    stream=stream,
+                    on_output=on_output if on_output is not None else writer,
+                    env=env,
+                )
+            finally:
+                if writer is not None:
+                    writer.close()
         self.results.append(result)
         if result.status.value == "cancelled":
             raise KeyboardInterrupt(result.failure)

@@ -253,13 +253,17 @@ def resolve_output_mode(mode: str | None, world_size: int) -> str:
 
 
 def output_writer(
-    mode: str | None, world_size: int, stdout: TextIO | None = None, stderr: TextIO | None = None
+    mode: str | None,
+    world_size: int,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    ranks: tuple[int, ...] | None = None,
 ) -> LabelledWriter | GroupedWriter:
-    """The writer of a job's output for ``mode`` (see :func:`resolve_output_mode`); call its
-    ``close()`` when the job has ended."""
+    """The writer of a job's output for ``mode`` (see :func:`resolve_output_mode`) over ``ranks``
+    (default: every rank); call its ``close()`` when the job has ended."""
     chosen = resolve_output_mode(mode, world_size)
     if chosen == "grouped":
-        return GroupedWriter(world_size, stdout=stdout, stderr=stderr)
+        return GroupedWriter(world_size, stdout=stdout, stderr=stderr, ranks=list(ranks) if ranks else None)
     if chosen == "rank0":
         return RankZeroWriter(stdout=stdout, stderr=stderr)
     return LabelledWriter(stdout=stdout, stderr=stderr)

@@ -19,7 +19,7 @@ from ..errors import GpugeekError, Surface
 # Options are named as the Python keywords and JSON fields are (tests/core/test_vocabulary.py), so
 # only these two differ: a variable to store into, and a script's own arguments.
 FLAGS: dict[str, str] = {
-    "output": "-o",  # %%gpugeek_run -o losses, %gpugeek_cost -o report
+    "out": "-o",  # %%gpugeek_run -o losses, %gpugeek_cost -o report
     "args": "--",  # %gpugeek_run --script-path train.py -- --lr 3e-5
 }
 

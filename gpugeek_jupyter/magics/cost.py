@@ -85,7 +85,9 @@ class CostMagics(Magics):
     @argument("--chart", action="store_true", help="show a bokeh bar chart of the report")
     @argument("--storage-gb", default=None, metavar="GB", help="state the pool's (or --job's) stored data volume")
     @argument("--network-gb", default=None, metavar="GB", help="state the pool's (or --job's) data transferred")
-    @argument("-o", "--output", default=None, metavar="VAR", help="store the report DataFrame in this variable")
+    @argument(
+        "-o", "--out", dest="out", default=None, metavar="VAR", help="store the report DataFrame in this variable"
+    )
     @line_magic
     def gpugeek_cost(self, line: str) -> None:
         """Example::
@@ -115,8 +117,8 @@ class CostMagics(Magics):
         pool = chosen_pool(args, "gpugeek_cost", "dev")
         with usage_errors(flags=_FLAGS):
             result = self._report(args, pool)
-        if args.output and self.shell is not None:
-            self.shell.user_ns[args.output] = result
+        if args.out and self.shell is not None:
+            self.shell.user_ns[args.out] = result
 
     def _report(self, args: Any, pool_name: str | None) -> Any:
         manager = get_pool_manager()
@@ -188,7 +190,7 @@ class CostMagics(Magics):
         "--amortization-months", default=None, help=f"write-off period (default {tco.DEFAULT_AMORTIZATION_MONTHS})"
     )
     @argument("--overhead-usd-per-month", default=None, help="per GPU: space, staff, support (default 0)")
-    @argument("-o", "--output", default=None, metavar="VAR", help="store the comparison in this variable")
+    @argument("-o", "--out", dest="out", default=None, metavar="VAR", help="store the comparison in this variable")
     @line_magic
     def gpugeek_tco(self, line: str) -> None:
         """Example::
@@ -210,8 +212,8 @@ class CostMagics(Magics):
         pool = chosen_pool(args, "gpugeek_tco", "dev")
         with usage_errors():
             result = self._compare_owned(args, pool)
-        if args.output and self.shell is not None:
-            self.shell.user_ns[args.output] = result
+        if args.out and self.shell is not None:
+            self.shell.user_ns[args.out] = result
 
     def _compare_owned(self, args: Any, pool_name: str | None) -> Any:
         import pandas as pd

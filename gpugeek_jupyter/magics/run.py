@@ -85,10 +85,24 @@ class JobMagics(Magics):
     )
     @argument(
         "-o",
-        "--output",
-        dest="output",
+        "--out",
+        dest="out",
         default=None,
+        metavar="VAR",
         help="store the cell's last expression, a list by rank, in this variable",
+    )
+    @argument(
+        "--output",
+        default=None,
+        metavar="MODE",
+        help="how the ranks' output shows: grouped ([ranks 0-7] for lines alike), all ([rank N] each), or rank0 "
+        "(default: GpugeekConfig.output_mode, grouped past 2 ranks); every rank's log: %%gpugeek_logs JOB",
+    )
+    @argument(
+        "--ranks",
+        default=None,
+        help="run the cell on these ranks only, e.g. 0 or 0,2-3 (names kept on each rank, the warm group; "
+        "no collectives)",
     )
     @argument("--rank0", action="store_true", help="give back rank 0's value only")
     @argument("--no-stream", action="store_true", help="show the ranks' output when the job ends, not live")
@@ -139,7 +153,8 @@ class JobMagics(Magics):
         traceback is shown and raised here, and the pool stays usable.
         """
         from ..jobs import run_cell, run_script
-        from ..jobs.output import LabelledWriter
+        from ..jobs.output import output_writer
+        from ..jobs.request import parse_ranks
 
         args = parse_options(self.gpugeek_run, line, _RUN_EXAMPLE)
         script_args = list(args.args)
@@ -154,21 +169,25 @@ class JobMagics(Magics):
             raise UsageError(f"{_script_flag_in(line)} is for the line magic (e.g. {_SCRIPT_EXAMPLE})")
         if script_args and args.script_path is None:
             raise UsageError(f"unexpected arguments {' '.join(script_args)!r} (e.g. %%gpugeek_run {_RUN_EXAMPLE})")
-        writer = LabelledWriter()
         shell = self.shell
         assert shell is not None
         with usage_errors():
             pool = self._pool(args.pool)
             timeout = _number(args.timeout, "--timeout", 600)
             max_restarts = _number(args.max_restarts, "--max-restarts", 2, integer=True)
-            if args.output is not None and (not args.output.isidentifier() or keyword.iskeyword(args.output)):
+            if args.out is not None and (not args.out.isidentifier() or keyword.iskeyword(args.out)):
                 raise SpecError(
                     Phrase("{field} needs {rule}, got {value} (e.g. {example})"),
-                    field="output",
-                    value=args.output,
+                    field="out",
+                    value=args.out,
                     rule="a variable name",
                     example="losses",
                 )
+            mode = _output_mode(args.output, pool)
+            ranks = parse_ranks(args.ranks)
+            if ranks is not None and args.script_path is not None:
+                raise UsageError("--ranks is for cells: a script runs on every rank (e.g. %%gpugeek_run --ranks 0)")
+            writer = output_writer(mode, _world_size(pool), ranks=ranks)
             if args.monitor:
                 from ..widgets.monitor import show_monitor
 
@@ -181,25 +200,29 @@ class JobMagics(Magics):
                 "on_output": writer,
                 "on_notice": _notice,
             }
-            if args.script_path is not None:
-                result = run_script(pool, args.script_path, script_args, **options)
-            else:
-                assert cell is not None
-                result = run_cell(
-                    pool,
-                    cell,
-                    shell.user_ns,
-                    hidden=set(shell.user_ns_hidden),
-                    amp=args.amp,
-                    rank0=args.rank0,
-                    **options,
-                )
+            try:
+                if args.script_path is not None:
+                    result = run_script(pool, args.script_path, script_args, **options)
+                else:
+                    assert cell is not None
+                    result = run_cell(
+                        pool,
+                        cell,
+                        shell.user_ns,
+                        hidden=set(shell.user_ns_hidden),
+                        amp=args.amp,
+                        rank0=args.rank0,
+                        ranks=ranks,
+                        **options,
+                    )
+            finally:
+                writer.close()  # what grouping still held back
         result.raise_for_status()  # outside usage_errors: the rank's traceback is the message
         if cell is None:
             return None
         value = result.values[0] if args.rank0 else result.values
-        if args.output is not None:
-            shell.user_ns[args.output] = value
+        if args.out is not None:
+            shell.user_ns[args.out] = value
             return None
         if not _ends_with_expression(cell) or all(v is None for v in result.values):
             return None  # like a cell ending in a call that returns None: nothing to show
@@ -233,6 +256,49 @@ class JobMagics(Magics):
             pool_id = registry.latest_pool(pool).id if pool else None
             return job_table(registry.list_jobs(pool_id=pool_id, limit=limit))
 
+    @magic_arguments()
+    @argument("job", nargs="?", default=None, help="the job's id, as %%gpugeek_jobs lists it")
+    @argument("--rank", default=None, help="this rank's log only (default: every rank's, one after another)")
+    @line_magic
+    def gpugeek_logs(self, line: str) -> None:
+        """Example::
+
+            In [1]: %gpugeek_logs job-3f2a9c7b --rank 1
+            epoch 0: loss 0.91
+            epoch 1: loss 0.48
+
+        Every rank's full output of a job, as it ran (whatever ``--output`` showed), from the log
+        kept on disk for each rank: its first and last halves when it grew past
+        ``GpugeekConfig.job_log_bytes``; the newest ``job_logs_keep`` jobs are kept. In Python:
+        ``result.logs(rank)``.
+        """
+        from ..jobs.logs import JobLogs, logs_root
+        from ..store import get_registry
+
+        args = parse_options(self.gpugeek_logs, line, "job-3f2a9c7b --rank 1")
+        if not args.job:
+            raise UsageError(
+                "%gpugeek_logs needs a job id (e.g. %gpugeek_logs job-3f2a9c7b --rank 1; %gpugeek_jobs lists them)"
+            )
+        with usage_errors():
+            rank = _number(args.rank, "--rank", 1, integer=True)
+            record = get_registry().job(args.job)
+        ranks = JobLogs.ranks(record.id)
+        if not ranks:
+            raise UsageError(
+                f"job {record.id!r} has no logs in {str(logs_root())!r} (kept there for the newest jobs only)"
+            )
+        if rank is not None and rank not in ranks:
+            raise UsageError(
+                f"--rank {args.rank!r}: job {record.id!r} has logs of ranks {', '.join(map(str, ranks))} "
+                f"(e.g. --rank {ranks[0]})"
+            )
+        for each in [rank] if rank is not None else ranks:
+            text = JobLogs.read(record.id, each)
+            if rank is None:
+                print(f"--- rank {each} ---")
+            print(text, end="" if text.endswith("\n") or not text else "\n")
+
     def _pool(self, name: str | None) -> Any:
         from ..runtime import get_pool_manager
 
@@ -246,6 +312,22 @@ class JobMagics(Magics):
                 field="pool",
             )
         return manager.current
+
+
+def _output_mode(mode: str | None, pool: Any) -> str:
+    """``--output``'s mode; a variable name there (its meaning before ``-o``/``--out``) is named."""
+    from ..jobs.output import OUTPUT_MODES, resolve_output_mode
+
+    if mode is not None and mode.lower() not in (*OUTPUT_MODES, "auto") and mode.isidentifier():
+        raise UsageError(
+            f"--output takes grouped, all or rank0, got {mode!r} (e.g. --output grouped); "
+            f"to keep the cell's value in a variable use -o {mode}"
+        )
+    return resolve_output_mode(mode, _world_size(pool))
+
+
+def _world_size(pool: Any) -> int:
+    return max(1, int(pool.spec.count))
 
 
 def _script_flag_in(line: str) -> str:

@@ -152,6 +152,7 @@ STANDALONE: dict[str, str] = {
     "gpugeek_monitor": "a live widget; Python reads the same samples with pool.metrics()",
     "gpugeek_doctor": "checks this machine and takes no options (gpugeek-jupyter doctor in a terminal)",
     "gpugeek_where": "a report for people of where a running job's ranks are; the pool is its only input",
+    "gpugeek_logs": "prints a job's logs for people; Python: JobResult.logs(rank)",
 }
 
 # (operation, option) -> (the surfaces it is on, why it is on those only)
@@ -168,19 +169,20 @@ ONLY_ON: dict[tuple[str, str], tuple[set[str], str]] = {
     ("run on a pool", "amp"): ({MAGIC}, "cells only: a script sets up torch.autocast itself"),
     ("run on a pool", "rank0"): ({MAGIC}, "cells only: a cell's last value comes back from each rank"),
     ("run on a pool", "monitor"): ({MAGIC}, "shows the utilization widget under the cell"),
-    ("run on a pool", "output"): ({MAGIC}, "-o stores the value in a notebook variable; Python returns it"),
+    ("run on a pool", "out"): ({MAGIC}, "-o/--out stores the value in a notebook variable; Python returns it"),
+    ("run on a pool", "ranks"): ({MAGIC}, "cells only: a script (Job.run) runs on every rank; run_cell(ranks=)"),
     ("run on a pool", "hyperparams"): ({PYTHON}, "on the magic line they are the script's arguments after --"),
     ("run on a pool", "on_output"): ({PYTHON}, "a callback; the magic prints the [rank N] lines itself"),
     ("report cost", "registry"): ({PYTHON}, "the registry to read; a magic reads its process's"),
     ("report cost", "now"): ({PYTHON}, "a report as of a given time"),
     ("report cost", "csv"): ({MAGIC}, "Python writes the rows with tco.write_csv(rows, path)"),
     ("report cost", "chart"): ({MAGIC}, "a widget; Python: widgets.cost_chart.bar_chart(rows)"),
-    ("report cost", "output"): ({MAGIC}, "-o stores the report in a notebook variable; Python returns it"),
+    ("report cost", "out"): ({MAGIC}, "-o/--out stores the report in a notebook variable; Python returns it"),
     ("compare owning with renting", "pool"): (
         {MAGIC},
         "the magic takes a pool's GPU type and count as defaults; compare_owned takes them directly",
     ),
-    ("compare owning with renting", "output"): ({MAGIC}, "-o stores the result in a notebook variable"),
+    ("compare owning with renting", "out"): ({MAGIC}, "-o/--out stores the result in a notebook variable"),
     ("compare owning with renting", "price_file"): (
         {PYTHON},
         "a price file for one call; the magic reads GpugeekConfig.price_file (GPUGEEK_PRICE_FILE)",
@@ -204,7 +206,7 @@ ALIASES: dict[tuple[str, str], tuple[str, str]] = {
     ("gpugeek_launch", "--pricing"): ("base_pricing", "the flag's name before it matched base_pricing="),
     ("gpugeek_run", "--script"): ("script_path", "the flag's name before it matched script_path="),
 }
-SHORT_FLAGS = {"-o": "output"}  # -o VAR in every magic that stores a value
+SHORT_FLAGS = {"-o": "out"}  # -o VAR (--out VAR) in every magic that stores a value
 
 # magics that act on a pool: --pool NAME in all of them, and NAME as a word unless said otherwise
 POOL_MAGICS = {
