@@ -156,6 +156,7 @@ class JobAgent:
             timed_out=attempt.state is AttemptState.TIMED_OUT,
             ranks=reports,
             output=[logs.text(r.rank) for r in reports],
+            where=attempt.where,
         )
         record.finished(result)
         return result

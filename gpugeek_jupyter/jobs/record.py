@@ -54,7 +54,11 @@ class JobRecord:
             restarts=result.restarts,
             rank_exits=result.returncodes,
             failure_reason=result.failure,
-            summary={"duration_s": round(result.duration_s, 4), "failed_rank": result.failed_rank},
+            summary={
+                "duration_s": round(result.duration_s, 4),
+                "failed_rank": result.failed_rank,
+                **({"where": result.where} if result.where else {}),
+            },
         )
 
     def crashed(self, error: BaseException) -> None:

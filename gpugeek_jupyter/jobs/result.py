@@ -58,6 +58,7 @@ class JobResult:
     traceback: str | None = None  # the failing rank's, user frames only
     ranks: list[RankReport] = field(default_factory=list)
     output: list[str] = field(default_factory=list)  # everything each rank wrote, by rank
+    where: str | None = None  # where the ranks were when the job timed out or was stuck, grouped
 
     @property
     def ok(self) -> bool:
@@ -82,6 +83,8 @@ class JobResult:
         lines: list[str] = []
         if self.traceback and self.failed_rank is not None:
             lines.extend(f"[rank {self.failed_rank}] {line}" for line in self.traceback.rstrip("\n").splitlines())
+        if self.where and not self.ok:
+            lines.append("where the ranks were: " + self.where)
         lines.append(f"{self.error_class().__name__}: {self.failure}")
         return "\n".join(lines)
 

@@ -68,6 +68,7 @@ class AttemptResult:
     failed_rank: int | None = None
     traceback: str | None = None  # the failing rank's, user frames only
     stop_reason: str | None = None  # POOL_STOPPED: why the pool stopped
+    where: str | None = None  # where the ranks were when it timed out or they did not stop (group_where)
 
     @property
     def ok(self) -> bool:

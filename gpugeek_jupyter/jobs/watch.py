@@ -77,6 +77,7 @@ class AttemptWatch:
         self.partial = len(self.launched) < layout.world_size
         self.next_peer_check = time.monotonic() + PEER_CHECK_S if self.partial else None
         self.in_collective_since: dict[str, float] = {}
+        self.where: str | None = None  # where the ranks were when the job was timed out or stuck
         self.ended: list[int] = []  # ranks that reported a failure, in order
         self.received: dict[int, int] = {}  # output events seen per rank
         self.stopping: StopCause | None = None
@@ -223,6 +224,8 @@ class AttemptWatch:
         True when some were frozen and left to their nannies to end."""
         candidates = sorted(self.pending - self.killed - self.gone)
         where = self.transport.ask(rank_side.where_rank, candidates, self.launch, timeout=2.0) if candidates else {}
+        if self.stopping is not StopCause.FAILED:  # stuck after an interrupt, a timeout or a stop: say where
+            self._note_where(where, candidates)
         # a worker that cannot even say where its rank is has a frozen interpreter (e.g. a C extension
         # waiting, with the GIL held, for a thread that needs the GIL): only its nanny can end it
         frozen = [a for a in candidates if a not in where]
@@ -238,6 +241,25 @@ class AttemptWatch:
                 self.transport.fire(rank_side.kill_rank, running, self.launch)
             self.roster.end_workers(frozen)
         return bool(frozen)
+
+    def _note_where(self, where: dict[str, Any], asked: list[str]) -> None:
+        """Keep the first report of where the ranks were (``group_where``'s text): a rank that did
+        not answer is 'not responding'; ranks that had answered are 'finished'."""
+        if self.where is not None or not asked:
+            return
+        from .where import group_where
+
+        entries: dict[int, dict[str, Any] | None] = {}
+        for slot in self.slots:
+            if slot.address in asked:
+                answer = where.get(slot.address)
+                entries[slot.rank] = answer if isinstance(answer, dict) else None
+            elif slot.address in self.answers:
+                entries[slot.rank] = {"running": False}
+        try:
+            self.where = group_where(entries)
+        except Exception as e:  # the report is an aid: the job's ending must not depend on it
+            log.info("job %s: could not say where the ranks were: %s", self.job_id, e)
 
     def _check_collectives_without_peers(self) -> None:
         """A cell run on some ranks (``--ranks``) that waits in a collective for longer than
@@ -271,6 +293,7 @@ class AttemptWatch:
     def _time_out(self) -> None:
         where = self.transport.ask(rank_side.where_rank, sorted(self.pending - self.gone), self.launch, timeout=3.0)
         where.update({a: {"running": False} for a in self.answers})
+        self._note_where(where, sorted(self.pending - self.gone))
         absent = {slot.address for slot in self.layout.slots} - set(self.launched)
         where.update({a: {"absent": True} for a in absent})
         self._stop(StopCause.TIMEOUT, timeout_message(self.job_id, self.timeout or 0.0, self.layout, where))
@@ -292,6 +315,12 @@ class AttemptWatch:
 
     # -- the verdict ---------------------------------------------------------------------------
     def outcome(self) -> AttemptResult:
+
+        result = self._outcome()
+        result.where = self.where
+        return result
+
+    def _outcome(self) -> AttemptResult:
         import cloudpickle
 
         ranks = {slot.rank: self._report(slot.address) for slot in self.slots}

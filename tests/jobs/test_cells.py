@@ -216,6 +216,12 @@ def test_hung_barrier_times_out_naming_the_rank_that_had_not_arrived(pool: Any) 
         "timed out after 3 s: rank 1 had not arrived (rank 1 at line 3: time.sleep(600)); "
         "rank 0 waiting in dist.barrier()" in result.failure
     )
+    # where every rank was, grouped, is kept with the result and its record, and shown with it
+    assert result.where is not None and result.where.splitlines()[0] == (
+        "rank 0 waiting in dist.barrier at line 4; rank 1 at line 3"
+    ), result.where
+    assert "where the ranks were: rank 0 waiting in dist.barrier" in result.report()
+    assert pool.registry.job(result.job_id).summary["where"] == result.where
     assert run_cell(pool, "dist.barrier()\nrank", {}).values == [0, 1]
 
 
@@ -241,6 +247,7 @@ def test_a_worker_frozen_with_the_gil_held_is_ended_from_outside_at_the_timeout(
     assert result.timed_out and result.status is JobStatus.FAILED, result.report()
     assert took < 30, f"the job took {took:.0f} s to end"
     assert result.ranks[1].status == "killed", result.report()
+    assert result.where is not None and "rank 1 not responding" in result.where, result.where
     assert run_cell(pool, "dist.barrier()\nrank", {}).values == [0, 1]  # the pool healed
     assert len(set(worker_pids(pool)) - set(before)) == 1  # the frozen worker was replaced
 
