@@ -12,7 +12,8 @@ import {
   ILaunchRequest,
   IPoolMetrics,
   IPoolModel,
-  IPoolPage
+  IPoolPage,
+  IWhereReport
 } from './models';
 
 /** Sends a request to a path relative to the server's base URL. */
@@ -90,6 +91,18 @@ export class GpugeekApi {
   async getJob(id: string): Promise<IJobModel> {
     const body = await this.call<{ job: IJobModel }>('GET', `jobs/${encodeURIComponent(id)}`);
     return body.job;
+  }
+
+  /**
+   * Where each rank of a running job is now (the workers have 5 s each to
+   * answer); a job that is not running is a 409 `GpugeekApiError`.
+   */
+  async jobWhere(id: string): Promise<IWhereReport> {
+    const body = await this.call<{ where: IWhereReport }>(
+      'GET',
+      `jobs/${encodeURIComponent(id)}/where`
+    );
+    return body.where;
   }
 
   async getCatalog(): Promise<ICatalog> {

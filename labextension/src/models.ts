@@ -77,6 +77,52 @@ export interface IJobModel {
   hyperparams: Record<string, unknown>;
 }
 
+/** One frame of a rank's stack, innermost first. */
+export interface IStackFrame {
+  file: string;
+  /** Short: "cell", "train.py", "torch/distributed/distributed_c10d.py". */
+  name: string;
+  line: number;
+  function: string;
+  code: string;
+  /** The job's own code (its cell or script, or a file outside the libraries). */
+  user: boolean;
+}
+
+/** One rank in `GET /gpugeek/jobs/{id}/where`, as its worker answered. */
+export interface IRankWhere {
+  rank: number;
+  worker: string;
+  job_id?: string | null;
+  /** False: the rank finished before its peers. */
+  running?: boolean | null;
+  /** Present (false) only for a worker that did not answer in time. */
+  responding?: boolean;
+  reason?: string;
+  /** The collective it waits in, e.g. "dist.all_reduce()". */
+  collective?: string | null;
+  at?: string | null;
+  pid?: number;
+  host?: string | null;
+  frames?: IStackFrame[];
+}
+
+/** `GET /gpugeek/jobs/{id}/where`: where each rank of a running job is now. */
+export interface IWhereReport {
+  pool: string;
+  job_id: string | null;
+  running: boolean;
+  /** One line: "ranks 1-7 waiting in dist.all_reduce at train.py:42; rank 0 at data.py:17 in __getitem__". */
+  summary: string;
+  /** The summary, then each group's stack (what %gpugeek_where prints). */
+  text: string;
+  ranks: IRankWhere[];
+  idle_workers: string[];
+  elapsed_s: number;
+  /** Why no worker could be asked (the pool's scheduler does not answer). */
+  unreachable: string | null;
+}
+
 export interface IGpuPrices {
   on_demand: number;
   spot: number;

@@ -14,7 +14,7 @@ import { Widget } from '@lumino/widgets';
 import { GpugeekApi } from './api';
 import { CommandIDs } from './commands';
 import { h, KeyedList } from './dom';
-import { renderJobRow } from './jobView';
+import { JobWhereTracker, renderJobRow } from './jobView';
 import { LaunchForm } from './launchForm';
 import { IJobModel, IPoolMetrics, IPoolModel } from './models';
 import {
@@ -51,6 +51,8 @@ export class GpugeekPanel extends Widget {
   private readonly _recent: KeyedList<IEndedPoolRow>;
   private readonly _older: KeyedList<IEndedPoolRow>;
   private readonly _jobs: KeyedList<IJobModel>;
+  /** What each running job's Where button has shown. */
+  private readonly _where: JobWhereTracker;
   private readonly _poolsEmpty: HTMLElement;
   private readonly _recentEmpty: HTMLElement;
   private readonly _recentToggle: HTMLButtonElement;
@@ -101,6 +103,10 @@ export class GpugeekPanel extends Widget {
     this._recent = new KeyedList(recentList, row => row.key, row => this._renderEnded(row));
     this._older = new KeyedList(olderList, row => row.key, row => this._renderEnded(row));
     this._jobs = new KeyedList(jobList, job => job.id, job => this._renderJob(job));
+    this._where = new JobWhereTracker(
+      id => this.api.jobWhere(id),
+      id => this._jobs.rerender(id)
+    );
     this._form = new LaunchForm({ api: this.api, onLaunched: pool => this._onLaunched(pool) });
     this._history = new HistoryPager(before => this.api.listEndedPools(before, HISTORY_PAGE_SIZE));
 
@@ -341,6 +347,7 @@ export class GpugeekPanel extends Widget {
       this._jobRecord = null;
     }
     this._jobModels = jobs;
+    this._where.keepOnly(jobs.map(job => job.id));
     this._jobs.update(jobs);
     this._jobsEmpty.hidden = jobs.length > 0;
   }
@@ -442,7 +449,8 @@ export class GpugeekPanel extends Widget {
         record: selected ? this._jobRecord : null,
         error: selected ? this._jobRecordError : null
       },
-      id => void this._toggleJob(id)
+      id => void this._toggleJob(id),
+      { tracker: this._where }
     );
   }
 

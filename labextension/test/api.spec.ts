@@ -1,5 +1,5 @@
 import { GpugeekApi, GpugeekApiError, RequestFn } from '../src/api';
-import { CATALOG, makeJob, makePool } from './fixtures';
+import { CATALOG, makeJob, makePool, makeWhereReport } from './fixtures';
 
 interface IRecordedCall {
   path: string;
@@ -135,5 +135,21 @@ describe('GpugeekApi', () => {
       'gpugeek/pools/pool-1/metrics',
       'gpugeek/catalog'
     ]);
+  });
+
+  it('asks where a running job is with GET gpugeek/jobs/<id>/where', async () => {
+    const where = makeWhereReport();
+    const { api, calls } = fakeServer(json({ where }));
+    await expect(api.jobWhere('job 1')).resolves.toEqual(where);
+    expect(calls).toEqual([
+      { path: 'gpugeek/jobs/job%201/where', method: 'GET', body: undefined }
+    ]);
+  });
+
+  it("passes on the server's 409 for a job that is not running", async () => {
+    const message =
+      'job "job-1" is not running (it is succeeded): its ranks can be shown only while it runs';
+    const { api } = fakeServer(json({ message, field: null }, 409));
+    await expect(api.jobWhere('job-1')).rejects.toMatchObject({ status: 409, message });
   });
 });

@@ -1,4 +1,4 @@
-import { ICatalog, IJobModel, IPoolModel } from '../src/models';
+import { ICatalog, IJobModel, IPoolModel, IWhereReport } from '../src/models';
 
 export function makePool(overrides: Partial<IPoolModel> = {}): IPoolModel {
   return {
@@ -41,6 +41,30 @@ export function makeJob(overrides: Partial<IJobModel> = {}): IJobModel {
     failure_reason: null,
     code_sha256: 'ab'.repeat(32),
     hyperparams: { lr: 0.001, epochs: 3 },
+    ...overrides
+  };
+}
+
+export function makeWhereReport(overrides: Partial<IWhereReport> = {}): IWhereReport {
+  const summary =
+    "job job-1 on pool 'pool-1', 2 ranks: rank 0 waiting in dist.all_reduce at cell:6; rank 1 at cell:5";
+  return {
+    pool: 'pool-1',
+    job_id: 'job-1',
+    running: true,
+    summary,
+    text: [
+      summary,
+      'rank 0, waiting in dist.all_reduce (pid 11 on 127.0.0.1):',
+      '    cell:6 in <module>: dist.all_reduce(t)'
+    ].join('\n'),
+    ranks: [
+      { rank: 0, worker: 'tcp://127.0.0.1:4001', running: true, collective: 'dist.all_reduce()' },
+      { rank: 1, worker: 'tcp://127.0.0.1:4002', running: true, collective: null }
+    ],
+    idle_workers: [],
+    elapsed_s: 0.2,
+    unreachable: null,
     ...overrides
   };
 }
