@@ -17,9 +17,19 @@ _MAGIC_CLASSES: list[tuple[str, str]] = [
 
 
 def register_magics(ipython: Any) -> None:
+    """Register every magic; one that cannot start here (e.g. a registry path that cannot be
+    opened) is left out with one line saying why, and the others work (%gpugeek_doctor says more)."""
+    import sys
+
     for module_name, class_name in _MAGIC_CLASSES:
-        magics_class = getattr(importlib.import_module(module_name), class_name)
-        ipython.register_magics(magics_class)
+        try:
+            magics_class = getattr(importlib.import_module(module_name), class_name)
+            ipython.register_magics(magics_class)
+        except Exception as e:
+            print(
+                f"gpugeek: {class_name} could not start: {type(e).__name__}: {e}; run %gpugeek_doctor",
+                file=sys.stderr,
+            )
     # ipykernel sets exit_now when it gets a shutdown request; jupyter_client sends SIGTERM soon
     # after, before Python's atexit handlers would run. Stopping the pools here records them as
     # stopped (not lost) and ends their workers while the kernel can still say so.
