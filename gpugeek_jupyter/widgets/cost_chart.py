@@ -11,16 +11,18 @@ if TYPE_CHECKING:
 
 
 def bar_chart(breakdowns: list[CostBreakdown], title: str = "Cost by pool and job (USD)") -> Figure:
-    """A bokeh stacked bar chart: compute (busy and idle), storage and network per pool and job."""
+    """A bokeh stacked bar chart per pool and job: compute (busy, idle, and unsampled: time no
+    utilization sample covered), storage and network."""
     from bokeh.models import ColumnDataSource, FactorRange, HoverTool
     from bokeh.plotting import figure
 
     labels = [f"{b.pool_name} / {b.job_id}" if b.job_id else b.pool_name for b in breakdowns]
     labels = _unique(labels)
-    parts = ["busy compute", "idle compute", "storage", "network"]
+    parts = ["busy compute", "idle compute", "unsampled compute", "storage", "network"]
     data: dict[str, list[Any]] = {"label": labels}
-    data["busy compute"] = [b.compute_usd - min(b.idle_usd, b.compute_usd) for b in breakdowns]
+    data["busy compute"] = [b.busy_usd for b in breakdowns]
     data["idle compute"] = [min(b.idle_usd, b.compute_usd) for b in breakdowns]
+    data["unsampled compute"] = [b.unsampled_usd or 0.0 for b in breakdowns]
     data["storage"] = [b.storage_usd for b in breakdowns]
     data["network"] = [b.network_usd for b in breakdowns]
     data["total"] = [b.total_usd for b in breakdowns]
@@ -37,7 +39,7 @@ def bar_chart(breakdowns: list[CostBreakdown], title: str = "Cost by pool and jo
         x="label",
         width=0.7,
         source=source,
-        color=["#1a7f37", "#d4a72c", "#0969da", "#8250df"],
+        color=["#1a7f37", "#d4a72c", "#8c959f", "#0969da", "#8250df"],
         legend_label=parts,
     )
     fig.add_tools(

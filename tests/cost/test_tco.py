@@ -169,8 +169,13 @@ def test_bar_chart_has_one_bar_per_row_stacked_by_kind(clocked_registry, clock):
 
     fig = bar_chart(rows)
     assert list(fig.x_range.factors) == ["train", "train / job-1"]
-    stacked = [r.glyph.top.expr.fields for r in fig.renderers]  # bokeh's stack() of the four kinds
-    assert len(fig.renderers) == 4 and stacked[-1] == ("busy compute", "idle compute", "storage", "network")
+    stacked = [r.glyph.top.expr.fields for r in fig.renderers]  # bokeh's stack() of the five kinds
+    kinds = ("busy compute", "idle compute", "unsampled compute", "storage", "network")
+    assert len(fig.renderers) == 5 and stacked[-1] == kinds
+    data = fig.renderers[0].data_source.data
+    for i, row in enumerate(rows):  # the compute parts add up to the compute cost
+        parts = data["busy compute"][i] + data["idle compute"][i] + data["unsampled compute"][i]
+        assert parts == pytest.approx(row.compute_usd)
 
 
 def test_since_accepts_dates_and_refuses_other_text():
