@@ -162,11 +162,14 @@ class Job:
         """
         from .jobs import run_script
         from .jobs.job_env import check_job_env
-        from .jobs.output import output_writer
+        from .jobs.output import output_writer, resolve_output_mode
+        from .jobs.progress_text import TextProgress
 
         with phrased_for(Surface.PYTHON):
             env = check_job_env(env)
-            writer = output_writer(output, max(1, int(self.pool.spec.count))) if stream and on_output is None else None
+            world_size = max(1, int(self.pool.spec.count))
+            writer = output_writer(output, world_size) if stream and on_output is None else None
+            progress = TextProgress(resolve_output_mode(output, world_size)) if writer is not None else None
             try:
                 result = run_script(
                     self.pool,
@@ -177,6 +180,7 @@ class Job:
                     max_restarts=max_restarts,
                     stream=stream,
                     on_output=on_output if on_output is not None else writer,
+                    on_progress=progress,
                     env=env,
                 )
             finally:

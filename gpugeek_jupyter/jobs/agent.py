@@ -79,10 +79,13 @@ class JobAgent:
         ``cancelled`` result.
         """
         request.validate()
+        output = on_output or (lambda rank, stream, text: None)
+        if on_progress is None:  # a caller that asked for output but not for progress: bars as lines
+            from .progress_text import TextProgress
+
+            on_progress = TextProgress.through_output(output)
         with self._lock:
-            return self._run(
-                request, on_output or (lambda rank, stream, text: None), on_notice or log.info, on_progress
-            )
+            return self._run(request, output, on_notice or log.info, on_progress)
 
     def end_job_before_stop(self, reason: str, timeout: float) -> bool:
         """Stop the running job, if any, because the pool is stopping; True once no job runs.

@@ -188,6 +188,9 @@ class JobMagics(Magics):
             if ranks is not None and args.script_path is not None:
                 raise UsageError("--ranks is for cells: a script runs on every rank (e.g. %%gpugeek_run --ranks 0)")
             writer = output_writer(mode, _world_size(pool), ranks=ranks)
+            from ..widgets.progress import progress_display
+
+            progress = progress_display(mode, _world_size(pool))
             if args.monitor:
                 from ..widgets.monitor import show_monitor
 
@@ -198,6 +201,7 @@ class JobMagics(Magics):
                 "max_restarts": max_restarts,
                 "stream": not args.no_stream,
                 "on_output": writer,
+                "on_progress": progress,
                 "on_notice": _notice,
             }
             try:
