@@ -77,7 +77,7 @@ class _BarView(widgets.HBox):
     def __init__(self) -> None:
         self.label = widgets.HTML(layout=widgets.Layout(min_width="12em"))
         self.bar = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout=widgets.Layout(flex="2"))
-        self.text = widgets.HTML()
+        self.text = widgets.HTML(layout=widgets.Layout(min_width="28em"))  # the bars of a job line up
         super().__init__([self.label, self.bar, self.text], layout=widgets.Layout(width="100%", align_items="center"))
         self.add_class("gpugeek-progress-bar")
         self.updated_at = float("-inf")
