@@ -12,17 +12,22 @@ so a long run keeps its start and its end (where a traceback is). Only the newes
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import shutil
 import threading
-from collections import deque
+import time
 from pathlib import Path
+from typing import TextIO
 
 from ..config import get_config
 
 log = logging.getLogger(__name__)
 
 MEMORY_CHARS = 1_000_000  # kept per rank in memory for JobResult.output
+FLUSH_S = 0.5  # a rank's log reaches the disk at least this often while the job runs
+STATES_FILE = "ranks.json"  # each rank's state while the job runs and after: running, done, failed, ...
 
 
 def logs_root() -> Path:
@@ -38,41 +43,82 @@ def job_log_path(job_id: str, rank: int) -> Path:
 
 
 class _RankLog:
-    """One rank's file: the head written as it comes, the tail held back until the job ends."""
+    """One rank's log: written through as it comes, so that it can be read while the job runs.
+
+    Up to ``limit / 2`` characters go to ``rank-N.log``; past that, the rest goes to tail segments
+    (``rank-N.tail``, the previous one kept as ``rank-N.tail.old``) of ``limit / 4`` each, so the
+    newest ``limit / 4`` to ``limit / 2`` characters are always on disk. At the end the tail is
+    appended to the log, with a line saying how much was left out, and the segments are removed.
+    """
 
     def __init__(self, path: Path, limit: int) -> None:
         self.path = path
         self.head_left = limit // 2
-        self.tail_limit = limit - limit // 2
-        self.tail: deque[str] = deque()
-        self.tail_size = 0
-        self.dropped = 0
+        self.segment_limit = max(1, (limit - limit // 2) // 2)
+        self.written = 0  # characters past the head, in all
+        self.segment_size = 0
         self.file = path.open("a", encoding="utf-8", errors="replace")
+        self.segment: TextIO | None = None
+        self.flushed_at = 0.0
+
+    @property
+    def tail_path(self) -> Path:
+        return self.path.with_suffix(".tail")
 
     def write(self, text: str) -> None:
         if self.head_left > 0:
             head, text = text[: self.head_left], text[self.head_left :]
             self.file.write(head)
             self.head_left -= len(head)
-        if not text:
-            return
-        self.tail.append(text)
-        self.tail_size += len(text)
-        while self.tail_size - len(self.tail[0]) >= self.tail_limit:  # whole pieces beyond the limit go
-            gone = self.tail.popleft()
-            self.tail_size -= len(gone)
-            self.dropped += len(gone)
-        if self.tail_size > self.tail_limit:  # and the oldest piece is cut to fit
-            cut = self.tail_size - self.tail_limit
-            self.tail[0] = self.tail[0][cut:]
-            self.tail_size -= cut
-            self.dropped += cut
+        while text:
+            if self.segment is None or self.segment_size >= self.segment_limit:
+                self._next_segment()
+            assert self.segment is not None
+            piece, text = text[: self.segment_limit - self.segment_size], text[self.segment_limit - self.segment_size :]
+            self.segment.write(piece)
+            self.segment_size += len(piece)
+            self.written += len(piece)
+        now = time.monotonic()
+        if now - self.flushed_at >= FLUSH_S:  # readers (the side panel, another kernel) see it soon
+            self.flush()
+            self.flushed_at = now
+
+    def _next_segment(self) -> None:
+        if self.segment is not None:
+            self.segment.close()
+            self.tail_path.replace(self.tail_path.with_suffix(".tail.old"))
+        self.segment = self.tail_path.open("w", encoding="utf-8", errors="replace")
+        self.segment_size = 0
+
+    def flush(self) -> None:
+        self.file.flush()
+        if self.segment is not None:
+            self.segment.flush()
 
     def close(self) -> None:
-        if self.dropped:
-            self.file.write(f"\n[... {self.dropped} characters left out: the log keeps its start and its end ...]\n")
-        self.file.write("".join(self.tail))
+        if self.segment is not None:
+            self.segment.close()
+            tail = _read_tail(self.path)
+            kept = len(tail)
+            if self.written > kept:
+                self.file.write(
+                    f"\n[... {self.written - kept} characters left out: the log keeps its start and its end ...]\n"
+                )
+            self.file.write(tail)
+            for segment in (self.tail_path, self.tail_path.with_suffix(".tail.old")):
+                segment.unlink(missing_ok=True)
         self.file.close()
+
+
+def _read_tail(path: Path) -> str:
+    """The tail segments of a rank's log, oldest first (empty when the log has none)."""
+    parts = []
+    for segment in (path.with_suffix(".tail.old"), path.with_suffix(".tail")):
+        try:
+            parts.append(segment.read_text(encoding="utf-8", errors="replace"))
+        except FileNotFoundError:
+            continue
+    return "".join(parts)
 
 
 class JobLogs:
@@ -86,7 +132,8 @@ class JobLogs:
         self._ranks: dict[int, _RankLog] = {}
         self._memory: dict[int, list[str]] = {}
         self._memory_chars: dict[int, int] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._states: dict[int, str] = {}
         self._disk_failed = not on_disk
         if not on_disk:
             return
@@ -134,10 +181,58 @@ class JobLogs:
         self._disk_failed = True
         log.warning("job %s: its ranks' logs are not kept on disk (%s): %s", self.job_id, self.directory, error)
 
+    def set_states(self, states: dict[int, str]) -> None:
+        """Record ranks' states (``running``, ``done``, ``failed``, ``stopped``, ``died``) for readers
+        in other processes (the side panel's job view)."""
+        with self._lock:
+            if self._disk_failed:
+                return
+            self._states.update(states)
+            try:
+                scratch = self.directory / f".{STATES_FILE}.{os.getpid()}"
+                scratch.write_text(json.dumps({str(r): s for r, s in sorted(self._states.items())}))
+                scratch.replace(self.directory / STATES_FILE)  # readers never see half a file
+            except OSError as e:
+                self._give_up_disk(e)
+
+    @staticmethod
+    def states(job_id: str) -> dict[int, str]:
+        """The ranks' states of job ``job_id`` as its driver last recorded them ({} when none)."""
+        try:
+            raw = json.loads((logs_root() / job_id / STATES_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        return {int(rank): str(state) for rank, state in raw.items()}
+
     @staticmethod
     def read(job_id: str, rank: int) -> str:
-        """The log of ``rank`` of job ``job_id`` (a ``FileNotFoundError`` when there is none)."""
-        return job_log_path(job_id, rank).read_text(encoding="utf-8", errors="replace")
+        """The log of ``rank`` of job ``job_id`` (a ``FileNotFoundError`` when there is none); while
+        the job runs, its start and, once it has grown past the start, its newest part."""
+        path = job_log_path(job_id, rank)
+        head = path.read_text(encoding="utf-8", errors="replace")
+        tail = _read_tail(path)
+        if not tail:
+            return head
+        return head + "\n[... the middle of the log is left out while the job runs ...]\n" + tail
+
+    @staticmethod
+    def grouped_tail(job_id: str, lines: int = 40) -> str:
+        """The last ``lines`` lines of every rank's log, lines alike across ranks shown once
+        (``[ranks 0-7] ...``, as ``--output grouped`` shows them)."""
+        import io
+
+        from .output import GroupedWriter
+
+        ranks = JobLogs.ranks(job_id)
+        if not ranks:
+            return ""
+        shown = io.StringIO()
+        writer = GroupedWriter(len(ranks), stdout=shown, stderr=shown, window=float("inf"), ranks=ranks)
+        for rank in ranks:
+            text = JobLogs.read(job_id, rank)
+            writer(rank, "stdout", "".join(text.splitlines(keepends=True)[-lines:]))
+        writer.close()
+        return "\n".join(shown.getvalue().splitlines()[-lines:])
 
     @staticmethod
     def ranks(job_id: str) -> list[int]:

@@ -202,7 +202,7 @@ class GroupedWriter:
     def _arm(self) -> None:
         """Show a due group even when no more output comes: a timer, under this thread's context
         (so a notebook routes the text to the cell that runs the job)."""
-        if not self._pending or self._timer is not None:
+        if not self._pending or self._timer is not None or self._pending[0].due == float("inf"):
             return
         delay = max(0.0, self._pending[0].due - self._clock())
         context = contextvars.copy_context()

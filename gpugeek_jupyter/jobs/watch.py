@@ -78,6 +78,7 @@ class AttemptWatch:
         self.next_peer_check = time.monotonic() + PEER_CHECK_S if self.partial else None
         self.in_collective_since: dict[str, float] = {}
         self.where: str | None = None  # where the ranks were when the job was timed out or stuck
+        logs.set_states({slot.rank: "running" for slot in self.slots})
         self.ended: list[int] = []  # ranks that reported a failure, in order
         self.received: dict[int, int] = {}  # output events seen per rank
         self.stopping: StopCause | None = None
@@ -199,6 +200,8 @@ class AttemptWatch:
         self.answers[address] = answer
         if isinstance(answer, RankOutcome):
             self.gone.discard(address)  # it answered: its process is alive
+            done = {"ok": "done", "cancelled": "stopped", "busy": "failed", "stale": "stopped"}
+            self.logs.set_states({answer.rank: done.get(answer.status, answer.status)})
             for stream, text in answer.output:  # --no-stream: shown now, in one piece
                 self._show(answer.rank, stream, text)
             if answer.status != "ok":
@@ -315,9 +318,10 @@ class AttemptWatch:
 
     # -- the verdict ---------------------------------------------------------------------------
     def outcome(self) -> AttemptResult:
-
         result = self._outcome()
         result.where = self.where
+        states = {"ok": "done", "cancelled": "stopped"}
+        self.logs.set_states({rank: states.get(r.status, r.status) for rank, r in result.ranks.items()})
         return result
 
     def _outcome(self) -> AttemptResult:

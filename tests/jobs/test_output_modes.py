@@ -162,3 +162,43 @@ def test_job_logs_keep_every_ranks_output_on_disk_with_start_and_end_when_long(t
         assert not job_log_path("job-long", 0).exists()
     finally:
         set_config(None)
+
+
+def test_a_running_jobs_log_can_be_read_with_its_newest_part_and_ends_whole(tmp_path: Path) -> None:
+    set_config(GpugeekConfig(job_logs_dir=str(tmp_path), job_log_bytes=4000))
+    try:
+        logs = JobLogs("job-live")
+        for step in range(1000):
+            logs.write(0, f"step {step:04d}\n")
+        logs._ranks[0].flush()  # what the half-second flush does
+        live = JobLogs.read("job-live", 0)  # another process reading while the job runs
+        assert live.startswith("step 0000\n") and live.endswith("step 0999\n"), live[-40:]
+        assert "left out while the job runs" in live and len(live) < 4200
+        logs.close()
+        ended = JobLogs.read("job-live", 0)
+        assert ended.startswith("step 0000\n") and ended.endswith("step 0999\n") and "characters left out" in ended
+        assert sorted(p.name for p in (tmp_path / "job-live").iterdir()) == ["rank-0.log"]  # segments folded in
+    finally:
+        set_config(None)
+
+
+def test_ranks_states_and_a_grouped_tail_are_readable_by_another_process(tmp_path: Path) -> None:
+    set_config(GpugeekConfig(job_logs_dir=str(tmp_path)))
+    try:
+        logs = JobLogs("job-tail")
+        logs.set_states({0: "running", 1: "running", 2: "running"})
+        for rank in range(3):
+            logs.write(rank, "loading\n")
+            logs.write(rank, f"epoch 1: loss 0.5\nrank {rank} done\n" if rank != 2 else "Traceback: boom\n")
+        logs.set_states({2: "failed"})
+        logs.close()
+        assert JobLogs.states("job-tail") == {0: "running", 1: "running", 2: "failed"}
+        assert JobLogs.grouped_tail("job-tail", lines=10).splitlines() == [
+            "[ranks 0-2] loading",
+            "[ranks 0-1] epoch 1: loss 0.5",
+            "[ranks 0-1] rank {rank} done",
+            "[rank 2] Traceback: boom",
+        ]
+        assert JobLogs.states("job-none") == {} and JobLogs.grouped_tail("job-none") == ""
+    finally:
+        set_config(None)
