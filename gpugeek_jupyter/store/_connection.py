@@ -1,7 +1,8 @@
 """Connections to the registry file: one per thread (and per process after a fork), WAL mode.
 
 Writes use ``BEGIN IMMEDIATE`` with a generous ``busy_timeout`` plus a retry loop, so "database is
-locked" never reaches a user. Reads run outside transactions and never write.
+locked" never reaches a user. Reads run outside transactions and never write. The file, its ``-wal``
+and ``-shm`` are ``0600`` in a ``0700`` directory, checked on open (see :mod:`._private`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from ._private import secure_registry_files
 
 BUSY_TIMEOUT_S = 60.0
 LOCK_RETRY_S = 120.0  # how long a writer keeps retrying a locked file before the error reaches the caller
@@ -56,7 +59,7 @@ class Database:
 
     def __init__(self, path: str | os.PathLike[str], clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path).expanduser()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        secure_registry_files(self.path)
         self.clock = clock
         self._local = threading.local()
 
@@ -64,6 +67,7 @@ class Database:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None or getattr(self._local, "pid", None) != os.getpid():
             db = connect(self.path)
+            secure_registry_files(self.path)  # SQLite has made its -wal and -shm files by now
             self._local.db = db
             self._local.pid = os.getpid()
         return db
