@@ -271,12 +271,50 @@ def stack_rank(dask_worker: Any = None) -> dict[str, Any]:
         return facts
     assert active is not None and active.thread is not None
     frame = sys._current_frames().get(active.thread.ident or -1)  # one snapshot for both views
+    recorded = flight_recorder()
     return {
         **facts,
         "running": True,
         **describe_stack(frame, active.filename),
         "frames": stack_frames(frame, active.filename),
+        **({"flight_recorder": recorded} if recorded is not None else {}),
     }
+
+
+FLIGHT_RECORDER_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+FLIGHT_RECORDER_ENTRIES = 8  # the newest collectives of each rank kept in a where report
+
+
+def flight_recorder() -> list[dict[str, Any]] | None:
+    """The newest collectives torch's flight recorder holds for this process (NCCL's, and gloo's in
+    recent torch), oldest first, when it is on (``TORCH_FR_BUFFER_SIZE`` or
+    ``TORCH_NCCL_TRACE_BUFFER_SIZE`` > 0 when the process group was made); None when it is off."""
+    if not any(os.environ.get(v, "0").strip() not in ("", "0") for v in FLIGHT_RECORDER_VARIABLES):
+        return None
+    import json
+
+    try:
+        import torch
+
+        dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json", None) or getattr(
+            torch._C._distributed_c10d, "_dump_nccl_trace_json", None
+        )
+        if dump is None:
+            return None
+        entries = json.loads(dump(True, False)).get("entries", [])
+    except Exception as e:  # an aid to the report: never a reason for it to fail
+        log.info("the flight recorder could not be read: %s", e)
+        return None
+    return [
+        {
+            "seq": entry.get("collective_seq_id"),
+            "op": entry.get("profiling_name"),
+            "state": entry.get("state"),
+            "group": (entry.get("process_group") or [None, None])[1],
+            "sizes": entry.get("input_sizes"),
+        }
+        for entry in entries[-FLIGHT_RECORDER_ENTRIES:]
+    ]
 
 
 def kill_rank(launch: str | None, dask_worker: Any = None) -> bool:

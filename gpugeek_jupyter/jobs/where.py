@@ -313,6 +313,7 @@ class WhereReport:
         if self.job_id is None or self.unreachable is not None:
             return self.summary()
         lines = [self.summary(), *group_where(self.entries).splitlines()[1:]]
+        lines += flight_recorder_lines(self.entries)
         if self.idle_workers:
             lines.append(f"workers without a rank of this job: {', '.join(self.idle_workers)}")
         return "\n".join(lines)
@@ -330,6 +331,20 @@ class WhereReport:
             "elapsed_s": round(self.elapsed_s, 3),
             "unreachable": self.unreachable,
         }
+
+
+def flight_recorder_lines(entries: Mapping[int, Mapping[str, Any] | None]) -> list[str]:
+    """The ranks' newest collectives from torch's flight recorder, ranks with the same record
+    grouped: ``flight recorder, ranks 0-6: #41 nccl:all_reduce completed, #42 nccl:all_reduce
+    started``; nothing when it is off."""
+    by_record: dict[str, list[int]] = {}
+    for rank, entry in sorted(entries.items()):
+        recorded = (entry or {}).get("flight_recorder")
+        if not recorded:
+            continue
+        text = ", ".join(f"#{e.get('seq')} {e.get('op')} {e.get('state')}" for e in recorded[-3:])
+        by_record.setdefault(text, []).append(rank)
+    return [f"flight recorder, {format_ranks(ranks)}: {text}" for text, ranks in by_record.items()]
 
 
 def where_report(
