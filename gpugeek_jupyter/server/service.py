@@ -59,6 +59,8 @@ REGISTRATION_TIMEOUT_S = 60.0  # a new pool row needs one SQLite write; this onl
 RECENT_ENDED_LIMIT = 30  # ended pools in the panel's default answer; older ones are on the history pages
 SETTLED_AFTER_END_S = 60.0  # an owner's last writes (a heartbeat's sample) land within this after the end
 SETTLED_KEPT = 1024  # ended pools whose cost and telemetry are kept (a poll plus a few history pages)
+DEFAULT_OUTPUT_LINES = 40  # lines of a job's grouped tail in the panel's job view
+MAX_OUTPUT_LINES = 500
 
 
 class GpugeekService:
@@ -271,6 +273,36 @@ class GpugeekService:
 
     def job(self, job_id: str) -> dict[str, Any]:
         return {"job": self._job_model(self.registry.job(job_id))}
+
+    def job_output(self, job_id: str, lines: int = DEFAULT_OUTPUT_LINES) -> dict[str, Any]:
+        """Each rank's state and the last ``lines`` lines of the ranks' output, lines alike across
+        ranks shown once (``[ranks 0-7] ...``), read from the job's logs on disk: its driver writes
+        them through while it runs, whichever process that is.
+
+        A job that has ended while a rank is still recorded ``running`` lost its driver (the kernel
+        died): that rank is ``lost``, not running.
+
+        >>> service.job_output("job-3f2a9c7b", lines=2)  # doctest: +SKIP
+        {'job': 'job-3f2a9c7b', 'status': 'running', 'ranks': [{'rank': 0, 'state': 'running'}, ...],
+         'tail': '[ranks 0-1] step 41\n[ranks 0-1] step 42'}
+        """
+        from ..jobs.logs import JobLogs
+
+        job = self.registry.job(job_id)
+        states = JobLogs.states(job_id)
+        if job.status.is_final:
+            states = {rank: "lost" if state == "running" else state for rank, state in states.items()}
+        try:
+            tail = JobLogs.grouped_tail(job_id, lines)
+        except OSError as e:  # its logs were removed (the oldest are pruned) or cannot be read
+            log.info("job %s: its logs cannot be read: %s", job_id, e)
+            tail = ""
+        return {
+            "job": job.id,
+            "status": job.status.value,
+            "ranks": [{"rank": rank, "state": state} for rank, state in sorted(states.items())],
+            "tail": tail,
+        }
 
     def _job_model(self, job: JobRecord) -> dict[str, Any]:
         now = self.clock()

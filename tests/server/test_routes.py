@@ -26,6 +26,7 @@ ROUTES = [
     ("GET", ("pools", "dev", "metrics")),
     ("GET", ("jobs",)),
     ("GET", ("jobs", "job-1")),
+    ("GET", ("jobs", "job-1", "output")),
     ("GET", ("catalog",)),
     ("GET", ("openapi.json",)),
 ]
