@@ -47,6 +47,11 @@ class GpugeekServerExtension(ExtensionApp):
     writes: ThreadPoolExecutor | None = None
 
     def initialize_settings(self) -> None:
+        # imported once here, before any request: requests run on several threads, and two threads
+        # that first import distributed through different modules (a launch and a metrics read)
+        # can meet in its import cycle and fail with "partially initialized module"
+        import distributed  # noqa: F401
+
         config = GpugeekConfig(parent=self)  # the server's config and the extension's files
         set_config(config)  # PoolSpec.create and the pool manager read this process's settings
         manager = create_pool_manager(registry=get_registry(config.registry_path), owner=SERVER_OWNER)
