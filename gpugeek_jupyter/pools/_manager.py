@@ -26,6 +26,13 @@ from ..store import PoolRecord, PoolStatus, Registry, get_registry
 from ._backend import Backend, ProgressCallback, RunningCluster
 from ._plugin import HOOKS, PoolLifecyclePlugin, implemented_hooks, plugin_name
 from ._pool import Pool
+from .credentials import (
+    PoolCredentials,
+    connection_security,
+    create_pool_credentials,
+    prune_pool_credentials,
+    remove_pool_credentials,
+)
 
 log = logging.getLogger(__name__)
 
@@ -219,12 +226,14 @@ class PoolManager:
         set_library_log_level(config.log_level)  # dask's warnings about its own routine stay out of sight
         progress = on_progress or (lambda ready, total: None)
         try:
-            running = backend.start(spec, progress, config.worker_start_timeout)
+            credentials = self._credentials_for(backend, record)
+            running = backend.start(spec, progress, config.worker_start_timeout, credentials=credentials)
         except BaseException as e:
             reason = str(e) if isinstance(e, GpugeekError) else f"{type(e).__name__}: {e}"
             if isinstance(e, KeyboardInterrupt):
                 reason = "interrupted while starting"
             self.registry.set_pool_status(record.id, PoolStatus.FAILED, reason=reason)
+            remove_pool_credentials(self.registry, record.id)
             with self._lock:
                 self._kept_alive.discard(record.id)
             if isinstance(e, GpugeekError | KeyboardInterrupt):
@@ -253,21 +262,33 @@ class PoolManager:
         log.info("pool %s ready: %s", spec.name, running.dashboard_link)
         return pool
 
+    def _credentials_for(self, backend: Backend, record: PoolRecord) -> PoolCredentials | None:
+        """The new pool's own TLS credentials, when its backend takes them and TLS is on; the
+        credentials of pools that ended without removing theirs (a killed owner) go first."""
+        if not (getattr(backend, "uses_pool_credentials", False) and get_config().pool_tls):
+            return None
+        prune_pool_credentials(self.registry)
+        return create_pool_credentials(self.registry, record.id, record.name)
+
     def attach(self, name: str) -> Pool:
-        """A handle on a live pool that another process owns (its scheduler is reachable)."""
+        """A handle on a live pool that another process owns (its scheduler is reachable, and this
+        process can read the pool's TLS credentials when it has any)."""
         from distributed import Client
 
         self.registry.mark_lost_pools(get_config().lost_after_seconds)
         record = self.registry.live_pool(name)
         if record.status is not PoolStatus.READY or not record.scheduler_address:
             raise GpugeekError(f"pool '{name}' is {record.status.value}, not ready; try again when it is")
+        security = connection_security(record, self.registry)
         try:
-            client = Client(record.scheduler_address, set_as_default=False, timeout=10)
+            client = Client(record.scheduler_address, set_as_default=False, timeout=10, security=security)
         except (OSError, TimeoutError) as e:
             raise GpugeekError(
                 f"pool '{name}' is registered but its scheduler {record.scheduler_address} does not answer: {e}"
             ) from e
-        running = RunningCluster(client, record.scheduler_address, record.dashboard_link, owns_workers=False)
+        running = RunningCluster(
+            client, record.scheduler_address, record.dashboard_link, owns_workers=False, security=client.security
+        )
         pool = Pool(record, running, self, owned=False)
         with self._lock:
             self._pools[name] = pool
@@ -350,6 +371,7 @@ class PoolManager:
             log.warning("pool %s: error while closing: %s", pool.name, e)
         if self.registry.pool_by_id(pool.id).status.is_live:
             self.registry.set_pool_status(pool.id, PoolStatus.STOPPED, reason=why)
+        remove_pool_credentials(self.registry, pool.id)  # no process may reach the pool's address again
 
     def _stop_in_background(self, pool: Pool, reason: str) -> None:
         """Carry out a stop off the calling thread (the liveness beat must never wait on a pool)."""
@@ -462,9 +484,9 @@ class PoolManager:
         for pool in owned:
             previous = self._housekeeping.get(pool.id)
             if previous is not None and previous[0].is_alive():
-                if pool.id not in self._overdue:
+                if pool.id not in self._overdue:  # a busy machine: the pool's lease is kept all the same
                     self._overdue.add(pool.id)
-                    log.warning(
+                    log.info(
                         "pool %s: housekeeping still running after %.1f s; skipping it until it ends",
                         pool.name,
                         now - previous[1],

@@ -111,7 +111,7 @@ def test_a_pool_whose_housekeeping_hangs_is_skipped_while_other_pools_and_every_
                 release.wait(30)  # a worker that never answers
 
     manager.register_plugin(Housekeeping(), name="housekeeping")
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         stuck = adopt(manager, "stuck")
         adopt(manager, "fine")
         beat_before = manager.registry.pool_by_id(stuck.id).heartbeat_at
