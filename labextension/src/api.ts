@@ -9,6 +9,7 @@
 import {
   ICatalog,
   IJobModel,
+  IJobOutput,
   ILaunchRequest,
   IPoolMetrics,
   IPoolModel,
@@ -103,6 +104,12 @@ export class GpugeekApi {
       `jobs/${encodeURIComponent(id)}/where`
     );
     return body.where;
+  }
+
+  /** The ranks' states and the last `lines` lines of their output, grouped (read from the job's logs). */
+  async jobOutput(id: string, lines?: number): Promise<IJobOutput> {
+    const query = lines === undefined ? '' : `?lines=${lines}`;
+    return this.call<IJobOutput>('GET', `jobs/${encodeURIComponent(id)}/output${query}`);
   }
 
   async getCatalog(): Promise<ICatalog> {

@@ -1,5 +1,7 @@
 /**
- * One row of the jobs list; a selected row also shows the job's record.
+ * One row of the jobs list; a selected row also shows the job's record. A
+ * running job's row (and a selected ended job's) shows its ranks' states as
+ * chips and the grouped tail of their output.
  */
 
 import { h } from './dom';
@@ -10,7 +12,7 @@ import {
   hyperparamRows,
   shortHash
 } from './format';
-import { IJobModel, IWhereReport } from './models';
+import { IJobModel, IJobOutput, IRankState, isJobFinal, IWhereReport } from './models';
 import { renderKeyValues } from './poolView';
 
 export interface IJobRowState {
@@ -102,11 +104,284 @@ export class JobWhereTracker {
   }
 }
 
+/** `rank 3`, `ranks 0-7` or `ranks 0-3,5`: as the grouped tail labels its lines (`[ranks 0-3,5]`). */
+export function formatRanks(ranks: readonly number[]): string {
+  const ordered = [...new Set(ranks)].sort((a, b) => a - b);
+  if (ordered.length === 1) {
+    return `rank ${ordered[0]}`;
+  }
+  const spans: [number, number][] = [];
+  for (const rank of ordered) {
+    const last = spans[spans.length - 1];
+    if (last && rank === last[1] + 1) {
+      last[1] = rank;
+    } else {
+      spans.push([rank, rank]);
+    }
+  }
+  return `ranks ${spans.map(([a, b]) => (a === b ? String(a) : `${a}-${b}`)).join(',')}`;
+}
+
+/** One chip of a job's ranks: the ranks in one state. */
+export interface IRankChip {
+  /** "ranks 0-6 running", "rank 7 failed". */
+  label: string;
+  state: string;
+  ranks: number[];
+}
+
+/**
+ * The ranks grouped by state, one chip per state in the order of its lowest
+ * rank: eight ranks read as `ranks 0-6 running` and `rank 7 failed`, not as
+ * eight chips, and the chips name ranks as the tail's labels do.
+ */
+export function rankChips(ranks: readonly IRankState[]): IRankChip[] {
+  const byState = new Map<string, number[]>();
+  for (const { rank, state } of [...ranks].sort((a, b) => a.rank - b.rank)) {
+    const group = byState.get(state);
+    if (group) {
+      group.push(rank);
+    } else {
+      byState.set(state, [rank]);
+    }
+  }
+  return [...byState].map(([state, group]) => ({
+    label: `${formatRanks(group)} ${state}`,
+    state,
+    ranks: group
+  }));
+}
+
+/** What a job's output view has fetched (kept across the poll's redraws). */
+export interface IJobOutputState {
+  /** A request is in flight. */
+  fetching: boolean;
+  /** The last answer of `GET /gpugeek/jobs/{id}/output`. */
+  output: IJobOutput | null;
+  /** Why the last request failed. */
+  error: string | null;
+  /** Keep the tail scrolled to its newest line; false while the user has scrolled up. */
+  follow: boolean;
+  /** An answer said the job was running: its row keeps the view once the job ends. */
+  seenRunning: boolean;
+}
+
+/** What a job row shows of its ranks and their output: a pure function of the job and its state. */
+export interface IJobOutputView {
+  shown: boolean;
+  chips: IRankChip[];
+  /** The grouped tail, newest line last; null when there is none (yet). */
+  tail: string | null;
+  /** Said in place of the tail: "Loading output…", "No output yet." */
+  note: string | null;
+  error: string | null;
+}
+
+const HIDDEN_OUTPUT: IJobOutputView = { shown: false, chips: [], tail: null, note: null, error: null };
+
+export function jobOutputView(
+  job: IJobModel,
+  state: IJobOutputState | null,
+  selected: boolean
+): IJobOutputView {
+  // a row that showed a running job's output keeps it, with the final states, once the job ends
+  const shown = job.status === 'running' || selected || (state?.seenRunning ?? false);
+  if (!shown) {
+    return HIDDEN_OUTPUT;
+  }
+  const output = state?.output ?? null;
+  const error = state?.error ?? null;
+  const tail = output && output.tail !== '' ? output.tail : null;
+  let note: string | null = null;
+  if (output === null) {
+    note = error === null ? 'Loading output…' : null;
+  } else if (tail === null) {
+    note = isJobFinal(output.status) ? 'No output was kept.' : 'No output yet.';
+  }
+  return { shown, chips: output ? rankChips(output.ranks) : [], tail, note, error };
+}
+
+/**
+ * Whether to fetch a job's output on this poll: on every poll while the job
+ * runs (or waits to) and its row is on screen or selected; once for an ended
+ * job that shows the view, until an answer says it has ended.
+ */
+export function wantsOutput(
+  job: IJobModel,
+  state: IJobOutputState | null,
+  onScreen: boolean,
+  selected: boolean
+): boolean {
+  if (state?.fetching || !(onScreen || selected)) {
+    return false;
+  }
+  if (!isJobFinal(job.status)) {
+    return job.status === 'running' || selected;
+  }
+  if (!jobOutputView(job, state, selected).shown) {
+    return false;
+  }
+  const answeredEnded = state?.output ? isJobFinal(state.output.status) : false;
+  return !(answeredEnded || (state?.error ?? null) !== null);
+}
+
+/**
+ * Fetches jobs' output and keeps the last answer per job, so that the rows,
+ * redrawn on every poll, keep showing it; and whether each tail follows its
+ * newest line.
+ */
+export class JobOutputTracker {
+  private readonly _states = new Map<string, IJobOutputState>();
+
+  constructor(
+    private readonly _fetch: (id: string) => Promise<IJobOutput>,
+    /** Called when an answer (or a failure) arrived: redraw the job's row. */
+    private readonly _changed: (id: string) => void
+  ) {}
+
+  state(id: string): IJobOutputState | null {
+    return this._states.get(id) ?? null;
+  }
+
+  /** Whether job `id`'s tail is kept scrolled to its newest line. */
+  follows(id: string): boolean {
+    return this._states.get(id)?.follow ?? true;
+  }
+
+  /** The user scrolled the tail: follow the newest lines only while it is at the bottom. */
+  setFollow(id: string, follow: boolean): void {
+    const state = this._states.get(id);
+    if (state) {
+      state.follow = follow;
+    }
+  }
+
+  /** Fetch job `id`'s output once; a call while one is in flight is ignored. */
+  async fetch(id: string): Promise<void> {
+    const previous = this._states.get(id);
+    if (previous?.fetching) {
+      return;
+    }
+    // no redraw for the request: the row keeps what it shows until the answer comes
+    this._states.set(id, {
+      fetching: true,
+      output: previous?.output ?? null,
+      error: previous?.error ?? null,
+      follow: previous?.follow ?? true,
+      seenRunning: previous?.seenRunning ?? false
+    });
+    let answer: Pick<IJobOutputState, 'output' | 'error'>;
+    try {
+      answer = { output: await this._fetch(id), error: null };
+    } catch (error) {
+      const reason = (error as Error).message;
+      answer = { output: previous?.output ?? null, error: `Could not load the output: ${reason}` };
+    }
+    const current = this._states.get(id);
+    if (current === undefined) {
+      return; // no longer listed
+    }
+    this._states.set(id, {
+      ...current,
+      ...answer,
+      fetching: false,
+      seenRunning: current.seenRunning || answer.output?.status === 'running'
+    });
+    this._changed(id);
+  }
+
+  /** Forget the jobs no longer listed. */
+  keepOnly(ids: Iterable<string>): void {
+    const listed = new Set(ids);
+    for (const id of [...this._states.keys()]) {
+      if (!listed.has(id)) {
+        this._states.delete(id);
+      }
+    }
+  }
+}
+
+/** Whether a scrolled box shows its last line (within a couple of pixels). */
+export function isScrolledToBottom(box: {
+  scrollTop: number;
+  scrollHeight: number;
+  clientHeight: number;
+}): boolean {
+  return box.scrollHeight - box.scrollTop - box.clientHeight <= 2;
+}
+
+/** Scroll every tail in `container` that follows its newest line to the bottom (after a redraw). */
+export function scrollTailsToBottom(container: HTMLElement, follows: (id: string) => boolean): void {
+  container.querySelectorAll<HTMLElement>('.gpugeek-job-output-tail').forEach(tail => {
+    const id = tail.dataset.jobId;
+    if (id !== undefined && follows(id)) {
+      tail.scrollTop = tail.scrollHeight;
+    }
+  });
+}
+
+/**
+ * Which job rows are on screen, so that output is fetched only for those:
+ * an `IntersectionObserver` over the rows (every row counts as on screen
+ * where there is none).
+ */
+export class OnScreenRows {
+  private readonly _ids = new Set<string>();
+  private readonly _observer: IntersectionObserver | null;
+
+  /** `appeared` is called when a row came on screen. */
+  constructor(private readonly _appeared: () => void) {
+    this._observer =
+      typeof IntersectionObserver === 'undefined'
+        ? null
+        : new IntersectionObserver(entries => this._seen(entries));
+  }
+
+  has(id: string): boolean {
+    return this._observer === null || this._ids.has(id);
+  }
+
+  /** Watch the rows now in `container`; after every redraw, as a row may be a new element. */
+  watch(container: HTMLElement): void {
+    if (this._observer === null) {
+      return;
+    }
+    this._observer.disconnect();
+    for (const row of container.querySelectorAll<HTMLElement>('.gpugeek-job-row')) {
+      this._observer.observe(row);
+    }
+  }
+
+  dispose(): void {
+    this._observer?.disconnect();
+  }
+
+  private _seen(entries: IntersectionObserverEntry[]): void {
+    let appeared = false;
+    for (const entry of entries) {
+      const id = (entry.target as HTMLElement).dataset.jobId;
+      if (id === undefined) {
+        continue;
+      }
+      if (entry.isIntersecting) {
+        appeared = appeared || !this._ids.has(id);
+        this._ids.add(id);
+      } else {
+        this._ids.delete(id);
+      }
+    }
+    if (appeared) {
+      this._appeared();
+    }
+  }
+}
+
 export function renderJobRow(
   job: IJobModel,
   state: IJobRowState,
   onToggle: (id: string) => void,
-  where?: { tracker: JobWhereTracker }
+  where?: { tracker: JobWhereTracker },
+  output?: { tracker: JobOutputTracker }
 ): HTMLElement {
   const summary = h(
     'div',
@@ -142,6 +417,7 @@ export function renderJobRow(
     [
       summary,
       where && renderWhere(job, where.tracker),
+      output && renderOutput(job, state.selected, output.tracker),
       state.selected && renderJobRecord(state.record ?? job, state)
     ]
   );
@@ -163,6 +439,41 @@ function renderWhere(job: IJobModel, tracker: JobWhereTracker): HTMLElement | nu
     button,
     view.error && h('div', { class: 'gpugeek-job-error', attrs: { role: 'alert' }, text: view.error }),
     view.text !== null && h('pre', { class: 'gpugeek-job-where-text', text: view.text })
+  ]);
+}
+
+function renderOutput(job: IJobModel, selected: boolean, tracker: JobOutputTracker): HTMLElement | null {
+  const view = jobOutputView(job, tracker.state(job.id), selected);
+  if (!view.shown) {
+    return null;
+  }
+  return h('div', { class: 'gpugeek-job-output' }, [
+    view.chips.length > 0 &&
+      h(
+        'div',
+        { class: 'gpugeek-rank-chips', attrs: { role: 'list', 'aria-label': 'Ranks' } },
+        view.chips.map(chip =>
+          h('span', {
+            class: `gpugeek-rank-chip gpugeek-rank-${chip.state.replace(/[^a-z-]/g, '')}`,
+            text: chip.label,
+            attrs: { role: 'listitem' }
+          })
+        )
+      ),
+    view.error && h('div', { class: 'gpugeek-job-error', attrs: { role: 'alert' }, text: view.error }),
+    view.tail !== null
+      ? h('pre', {
+          class: 'gpugeek-job-output-tail',
+          text: view.tail,
+          title: "The last lines of the ranks' output; lines alike across ranks shown once",
+          data: { jobId: job.id },
+          attrs: { tabindex: '0' },
+          on: {
+            scroll: event =>
+              tracker.setFollow(job.id, isScrolledToBottom(event.currentTarget as HTMLElement))
+          }
+        })
+      : view.note && h('div', { class: 'gpugeek-job-output-note gpugeek-muted', text: view.note })
   ]);
 }
 

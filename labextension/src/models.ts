@@ -77,6 +77,26 @@ export interface IJobModel {
   hyperparams: Record<string, unknown>;
 }
 
+/**
+ * One rank's state as the job's driver recorded it: running, done, failed,
+ * stopped, died or killed; `lost` when the job ended while the rank was still
+ * recorded running (its driver went away).
+ */
+export interface IRankState {
+  rank: number;
+  state: string;
+}
+
+/** `GET /gpugeek/jobs/{id}/output`: the ranks' states and the grouped tail of their logs. */
+export interface IJobOutput {
+  job: string;
+  status: JobStatus;
+  /** By rank; empty before the job starts. */
+  ranks: IRankState[];
+  /** The last lines of every rank's log, lines alike shown once: "[ranks 0-7] step 42". */
+  tail: string;
+}
+
 /** One frame of a rank's stack, innermost first. */
 export interface IStackFrame {
   file: string;
@@ -183,6 +203,11 @@ export const DEFAULT_BACKENDS: readonly PoolBackend[] = [
 /** Whether a pool in `status` has running processes (and so a dashboard worth linking to). */
 export function isLive(status: PoolStatus): boolean {
   return status === 'starting' || status === 'ready' || status === 'stopping';
+}
+
+/** Whether a job in `status` has ended (succeeded, failed or cancelled). */
+export function isJobFinal(status: JobStatus): boolean {
+  return status !== 'pending' && status !== 'running';
 }
 
 /** Whether a Stop request still means something for a pool in `status`. */

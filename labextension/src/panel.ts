@@ -14,7 +14,14 @@ import { Widget } from '@lumino/widgets';
 import { GpugeekApi } from './api';
 import { CommandIDs } from './commands';
 import { h, KeyedList } from './dom';
-import { JobWhereTracker, renderJobRow } from './jobView';
+import {
+  JobOutputTracker,
+  JobWhereTracker,
+  OnScreenRows,
+  renderJobRow,
+  scrollTailsToBottom,
+  wantsOutput
+} from './jobView';
 import { LaunchForm } from './launchForm';
 import { IJobModel, IPoolMetrics, IPoolModel } from './models';
 import {
@@ -53,6 +60,10 @@ export class GpugeekPanel extends Widget {
   private readonly _jobs: KeyedList<IJobModel>;
   /** What each running job's Where button has shown. */
   private readonly _where: JobWhereTracker;
+  /** What each shown job's ranks' states and output tail last were. */
+  private readonly _output: JobOutputTracker;
+  /** Job rows on screen: their running jobs' output is fetched on every poll. */
+  private readonly _onScreen: OnScreenRows;
   private readonly _poolsEmpty: HTMLElement;
   private readonly _recentEmpty: HTMLElement;
   private readonly _recentToggle: HTMLButtonElement;
@@ -105,8 +116,13 @@ export class GpugeekPanel extends Widget {
     this._jobs = new KeyedList(jobList, job => job.id, job => this._renderJob(job));
     this._where = new JobWhereTracker(
       id => this.api.jobWhere(id),
-      id => this._jobs.rerender(id)
+      id => this._redrawJob(id)
     );
+    this._output = new JobOutputTracker(
+      id => this.api.jobOutput(id),
+      id => this._redrawJob(id)
+    );
+    this._onScreen = new OnScreenRows(() => void this._refreshOutput());
     this._form = new LaunchForm({ api: this.api, onLaunched: pool => this._onLaunched(pool) });
     this._history = new HistoryPager(before => this.api.listEndedPools(before, HISTORY_PAGE_SIZE));
 
@@ -252,6 +268,7 @@ export class GpugeekPanel extends Widget {
       return;
     }
     this._poll.dispose();
+    this._onScreen.dispose();
     super.dispose();
   }
 
@@ -277,6 +294,7 @@ export class GpugeekPanel extends Widget {
     }
     this._listed = pools;
     this._showJobs(jobs);
+    void this._refreshOutput();
     this._showPools();
     if (!this._form.catalog) {
       void this._loadCatalog();
@@ -348,8 +366,34 @@ export class GpugeekPanel extends Widget {
     }
     this._jobModels = jobs;
     this._where.keepOnly(jobs.map(job => job.id));
+    this._output.keepOnly(jobs.map(job => job.id));
     this._jobs.update(jobs);
+    this._afterJobsDrawn();
     this._jobsEmpty.hidden = jobs.length > 0;
+  }
+
+  private _redrawJob(id: string): void {
+    this._jobs.rerender(id);
+    this._afterJobsDrawn();
+  }
+
+  /** Tails that follow their newest line stay at the bottom; rows that are new elements are watched. */
+  private _afterJobsDrawn(): void {
+    scrollTailsToBottom(this._jobs.container, id => this._output.follows(id));
+    this._onScreen.watch(this._jobs.container);
+  }
+
+  /** Fetch the output of the jobs whose rows show it: running ones on screen, a selected one. */
+  private async _refreshOutput(): Promise<void> {
+    const wanted = this._jobModels.filter(job =>
+      wantsOutput(
+        job,
+        this._output.state(job.id),
+        this._onScreen.has(job.id),
+        job.id === this._selectedJob
+      )
+    );
+    await Promise.all(wanted.map(job => this._output.fetch(job.id)));
   }
 
   private _upsertPool(pool: IPoolModel): void {
@@ -450,7 +494,8 @@ export class GpugeekPanel extends Widget {
         error: selected ? this._jobRecordError : null
       },
       id => void this._toggleJob(id),
-      { tracker: this._where }
+      { tracker: this._where },
+      { tracker: this._output }
     );
   }
 
@@ -460,12 +505,13 @@ export class GpugeekPanel extends Widget {
     this._jobRecord = null;
     this._jobRecordError = null;
     if (previous !== null) {
-      this._jobs.rerender(previous);
+      this._redrawJob(previous);
     }
     if (this._selectedJob === null) {
       return;
     }
-    this._jobs.rerender(id);
+    this._redrawJob(id);
+    void this._refreshOutput();
     try {
       const record = await this.api.getJob(id);
       if (this._selectedJob === id) {
@@ -476,6 +522,6 @@ export class GpugeekPanel extends Widget {
         this._jobRecordError = `Could not load the job record: ${(error as Error).message}`;
       }
     }
-    this._jobs.rerender(id);
+    this._redrawJob(id);
   }
 }

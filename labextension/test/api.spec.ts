@@ -1,5 +1,5 @@
 import { GpugeekApi, GpugeekApiError, RequestFn } from '../src/api';
-import { CATALOG, makeJob, makePool, makeWhereReport } from './fixtures';
+import { CATALOG, makeJob, makeJobOutput, makePool, makeWhereReport } from './fixtures';
 
 interface IRecordedCall {
   path: string;
@@ -151,5 +151,16 @@ describe('GpugeekApi', () => {
       'job "job-1" is not running (it is succeeded): its ranks can be shown only while it runs';
     const { api } = fakeServer(json({ message, field: null }, 409));
     await expect(api.jobWhere('job-1')).rejects.toMatchObject({ status: 409, message });
+  });
+
+  it("reads a job's ranks' states and grouped tail with GET gpugeek/jobs/<id>/output", async () => {
+    const output = makeJobOutput();
+    const { api, calls } = fakeServer(json(output), json(output));
+    await expect(api.jobOutput('job 1')).resolves.toEqual(output);
+    await expect(api.jobOutput('job-1', 100)).resolves.toEqual(output);
+    expect(calls.map(call => call.path)).toEqual([
+      'gpugeek/jobs/job%201/output',
+      'gpugeek/jobs/job-1/output?lines=100'
+    ]);
   });
 });

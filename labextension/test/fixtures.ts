@@ -1,4 +1,4 @@
-import { ICatalog, IJobModel, IPoolModel, IWhereReport } from '../src/models';
+import { ICatalog, IJobModel, IJobOutput, IPoolModel, IWhereReport } from '../src/models';
 
 export function makePool(overrides: Partial<IPoolModel> = {}): IPoolModel {
   return {
@@ -65,6 +65,19 @@ export function makeWhereReport(overrides: Partial<IWhereReport> = {}): IWhereRe
     idle_workers: [],
     elapsed_s: 0.2,
     unreachable: null,
+    ...overrides
+  };
+}
+
+export function makeJobOutput(overrides: Partial<IJobOutput> = {}): IJobOutput {
+  return {
+    job: 'job-1',
+    status: 'running',
+    ranks: [
+      { rank: 0, state: 'running' },
+      { rank: 1, state: 'running' }
+    ],
+    tail: '[ranks 0-1] step 1\n[ranks 0-1] step 2\n[rank 1] warning: slow batch',
     ...overrides
   };
 }

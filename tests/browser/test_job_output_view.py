@@ -1,0 +1,110 @@
+"""The side panel's job view of a job a notebook kernel is running, in a real JupyterLab: the ranks'
+states as chips and the grouped tail of their output, kept at its newest line while the job runs.
+
+Screenshots go to ``test-artifacts/browser/<test>/``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.kernel import KernelSession
+from support.lab_server import LabServer
+
+from .test_side_panel import READY_TIMEOUT_MS, expect, open_panel, widen_sidebar
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+LINE = "the same line from every rank"
+# both ranks print LINE every 0.2 s until the test releases them (or two minutes have passed)
+CELL = f"""%%gpugeek_run
+import os, time
+deadline = time.monotonic() + 120
+while not os.path.exists(release) and time.monotonic() < deadline:
+    print({LINE!r}, flush=True)
+    time.sleep(0.2)
+"""
+TAIL_LINES = 40  # the panel's default ?lines
+TAIL_SHOWN_WITHIN_S = 6.0  # from the chips saying running to the grouped line in the tail
+
+
+@pytest.fixture
+def page(browser_context: Any) -> Iterator[Any]:
+    page = browser_context.new_page()
+    try:
+        yield page
+    finally:
+        page.close()
+
+
+@pytest.fixture
+def kernel(lab: LabServer) -> Iterator[KernelSession]:
+    session = KernelSession(env={"GPUGEEK_REGISTRY": str(lab.registry), "GPUGEEK_HEARTBEAT": "0.5"})
+    try:
+        loaded = session.run(
+            "%load_ext gpugeek_jupyter\n%gpugeek_launch --gpu-type cpu --count 2 --name output --quiet"
+        )
+        assert loaded.error is None, loaded.text
+        yield session
+    finally:
+        session.run("%gpugeek_stop output")
+        session.shutdown()
+
+
+def scrolled_to_bottom(tail: Any) -> bool:
+    return bool(tail.evaluate("el => el.scrollHeight - el.scrollTop - el.clientHeight <= 2"))
+
+
+def wait_for(condition: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(240)
+def test_a_running_jobs_row_shows_its_ranks_states_and_their_grouped_output(
+    page: Any, lab: LabServer, kernel: KernelSession, tmp_path: Path, artifacts: Path
+) -> None:
+    release = tmp_path / "release"
+    assert kernel.run(f"release = {str(release)!r}").error is None
+    running = kernel.execute(CELL)
+    try:
+        panel = open_panel(page, lab)
+        widen_sidebar(page, 720)
+        running_row = panel.locator(".gpugeek-job-row").filter(has=page.locator(".gpugeek-status-running"))
+        expect(running_row).to_have_count(1, timeout=READY_TIMEOUT_MS)
+        job_id = running_row.get_attribute("data-job-id")
+        row = panel.locator(f'.gpugeek-job-row[data-job-id="{job_id}"]')
+        row.scroll_into_view_if_needed()  # output is fetched for the rows on screen only (below the launch form)
+
+        chips = row.locator(".gpugeek-rank-chip")
+        expect(chips).to_have_text(["ranks 0-1 running"], timeout=READY_TIMEOUT_MS)
+        tail = row.locator("pre.gpugeek-job-output-tail")
+        expect(tail).to_contain_text(f"[ranks 0-1] {LINE}", timeout=TAIL_SHOWN_WITHIN_S * 1000)
+
+        # once the tail is longer than its box, the newest line stays in view as lines come
+        wait_for(lambda: len(tail.inner_text().splitlines()) >= TAIL_LINES, 30, f"{TAIL_LINES} lines in the tail")
+        wait_for(lambda: tail.evaluate("el => el.scrollHeight > el.clientHeight + 20"), 10, "the tail overflowing")
+        assert scrolled_to_bottom(tail)
+        row.scroll_into_view_if_needed()  # it has grown
+        row.screenshot(path=str(artifacts / "job-output.png"))
+
+        # scrolled up by the user, it stays where they put it over the next polls
+        tail.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+        time.sleep(5)  # two polls of the panel (every 2 s) redraw the tail
+        assert tail.evaluate("el => el.scrollTop") == 0
+        tail.evaluate("el => { el.scrollTop = el.scrollHeight; el.dispatchEvent(new Event('scroll')); }")
+        assert scrolled_to_bottom(tail)
+    finally:
+        release.touch()
+    done = kernel.collect(running, timeout=60)
+    assert done.error is None, done.text
+    expect(row.locator(".gpugeek-status")).to_have_text("succeeded", timeout=READY_TIMEOUT_MS)
+    expect(chips).to_have_text(["ranks 0-1 done"], timeout=READY_TIMEOUT_MS)  # the row keeps its final states
+    expect(tail).to_contain_text(f"[ranks 0-1] {LINE}")
