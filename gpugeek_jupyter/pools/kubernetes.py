@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ._manager import PoolManager
     from ._pool import Pool
     from .autoscale import AutoscalePolicy, GroupAdaptive, GroupPolicies
+    from .credentials import PoolCredentials
 
 __all__ = [
     "DisruptionRecorder",
@@ -69,6 +70,10 @@ POLL_SECONDS = 1.0
 
 
 # -- the API ------------------------------------------------------------------------------------------
+DEFAULT_KUBECONFIG = "~/.kube/config"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # a pod's own credentials
+
+
 def connect() -> Any:
     """A kr8s API client from KUBECONFIG (or the in-cluster service account); clear errors otherwise."""
     try:
@@ -83,8 +88,19 @@ def connect() -> Any:
     import httpx
 
     kubeconfig = os.environ.get("KUBECONFIG") or None
+    # named explicitly: kr8s.api() with no arguments returns any API object this thread made before,
+    # whatever credentials it was made from (a stale server after KUBECONFIG changed)
+    credentials: dict[str, str] = {}
+    if kubeconfig:
+        credentials["kubeconfig"] = kubeconfig
+    elif os.path.exists(os.path.expanduser(DEFAULT_KUBECONFIG)):
+        credentials["kubeconfig"] = os.path.expanduser(DEFAULT_KUBECONFIG)
+    elif os.path.exists(os.path.join(SERVICE_ACCOUNT_DIR, "token")):
+        credentials["serviceaccount"] = SERVICE_ACCOUNT_DIR
+    else:
+        raise no_credentials_error(FileNotFoundError(f"no {DEFAULT_KUBECONFIG}, not in a pod"), kubeconfig)
     try:
-        return kr8s.api(kubeconfig=kubeconfig)
+        return kr8s.api(**credentials)
     except ValueError as e:  # kr8s: "Unable to find valid credentials"
         raise no_credentials_error(e, kubeconfig) from e
     except (httpx.TransportError, kr8s.APITimeoutError, OSError) as e:
@@ -209,13 +225,20 @@ class KubernetesBackend:
     """Pools on Kubernetes through the dask-kubernetes operator (see the module docstring)."""
 
     name = "kubernetes"
+    uses_pool_credentials = False  # the operator's pods are not given per-pool certificates yet
 
     def preflight(self, spec: PoolSpec) -> None:
         """Fail before anything is registered: the manifests must build and the API must answer."""
         manifests_for(spec)
         connect()
 
-    def start(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
+    def start(
+        self,
+        spec: PoolSpec,
+        on_progress: ProgressCallback,
+        start_timeout: float,
+        credentials: PoolCredentials | None = None,
+    ) -> RunningCluster:
         manifests = manifests_for(spec)  # spec problems fail before anything is created
         api = connect()
         deadline = time.monotonic() + start_timeout
