@@ -110,6 +110,26 @@ class _RankLog:
         self.file.close()
 
 
+def _last_lines(path: Path, count: int, chunk: int = 65536) -> list[str]:
+    """The last ``count`` lines of a rank's log (its tail segments, else its file), read from the
+    end: a poll of a long job reads kilobytes, not the whole log."""
+    lines: list[str] = []
+    for part in (path.with_suffix(".tail"), path.with_suffix(".tail.old"), path):
+        try:
+            with part.open("rb") as file:
+                size = file.seek(0, os.SEEK_END)
+                file.seek(max(0, size - chunk))
+                found = file.read().decode("utf-8", errors="replace").splitlines(keepends=True)
+                if size > chunk and found:
+                    found = found[1:]  # the first line was cut by the seek
+        except FileNotFoundError:
+            continue
+        lines = found + lines
+        if len(lines) >= count:
+            break
+    return lines[-count:]
+
+
 def _read_tail(path: Path) -> str:
     """The tail segments of a rank's log, oldest first (empty when the log has none)."""
     parts = []
@@ -227,10 +247,9 @@ class JobLogs:
         if not ranks:
             return ""
         shown = io.StringIO()
-        writer = GroupedWriter(len(ranks), stdout=shown, stderr=shown, window=float("inf"), ranks=ranks)
+        writer = GroupedWriter(len(ranks), stdout=shown, stderr=shown, window=float("inf"), ranks=ranks, align=True)
         for rank in ranks:
-            text = JobLogs.read(job_id, rank)
-            writer(rank, "stdout", "".join(text.splitlines(keepends=True)[-lines:]))
+            writer(rank, "stdout", "".join(_last_lines(job_log_path(job_id, rank), lines)))
         writer.close()
         return "\n".join(shown.getvalue().splitlines()[-lines:])
 

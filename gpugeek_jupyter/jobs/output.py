@@ -95,7 +95,7 @@ def _without_rank(text: str, rank: int) -> str:
     return re.sub(rf"(?<![\w.]){rank}(?![\w.])", _RANK_PLACEHOLDER, text)
 
 
-@dataclass
+@dataclass(eq=False)  # groups are told apart by identity (two may hold the same line)
 class _Group:
     stream: str
     exact: str | None  # the line, while every member printed it exactly
@@ -134,6 +134,7 @@ class GroupedWriter:
         window: float = 0.1,
         ranks: list[int] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        align: bool = False,
     ) -> None:
         self._stdout = stdout
         self._stderr = stderr
@@ -142,7 +143,8 @@ class GroupedWriter:
         self._clock = clock
         self._partial: dict[tuple[int, str], str] = {}
         self._pending: list[_Group] = []
-        self._last_seq: dict[int, int] = {}  # the newest pending group each rank is in
+        self._last_group: dict[int, _Group] = {}  # the newest group each rank is in
+        self.align = align
         self._seq = 0
         self._lock = threading.RLock()
         self._timer: threading.Timer | None = None
@@ -171,21 +173,24 @@ class GroupedWriter:
 
     # -- grouping ------------------------------------------------------------------------------
     def _add(self, rank: int, stream: str, line: str) -> None:
-        after = self._last_seq.get(rank, -1)  # joining an older group would reorder this rank's lines
-        for group in self._pending:
-            if group.seq <= after or group.stream != stream or rank in group.ranks:
+        # joining a group older than the rank's newest would reorder this rank's lines
+        last = self._last_group.get(rank)
+        after = self._pending.index(last) if last is not None and last in self._pending else -1
+        for group in self._pending[after + 1 :]:
+            if group.stream != stream or rank in group.ranks:
                 continue
             if line == group.exact or _without_rank(line, rank) == group.generic:
                 if line != group.exact:
                     group.exact = None
                 group.ranks.append(rank)
-                self._last_seq[rank] = group.seq
+                self._last_group[rank] = group
                 return
         self._seq += 1
-        self._pending.append(
-            _Group(stream, line, _without_rank(line, rank), [rank], self._clock() + self.window, self._seq)
-        )
-        self._last_seq[rank] = self._seq
+        new = _Group(stream, line, _without_rank(line, rank), [rank], self._clock() + self.window, self._seq)
+        # live, a new line goes last; aligning logs read afterwards, it goes right after the rank's own
+        # previous line, so that a rank whose window starts a line earlier still meets the others' lines
+        self._pending.insert(after + 1 if self.align else len(self._pending), new)
+        self._last_group[rank] = new
 
     def _flush(self, now: float) -> None:
         """Show the oldest groups that are complete or due, in order."""

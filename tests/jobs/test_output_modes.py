@@ -193,12 +193,28 @@ def test_ranks_states_and_a_grouped_tail_are_readable_by_another_process(tmp_pat
         logs.set_states({2: "failed"})
         logs.close()
         assert JobLogs.states("job-tail") == {0: "running", 1: "running", 2: "failed"}
+        # each rank's lines in its order; rank 2's own line right after its previous one
         assert JobLogs.grouped_tail("job-tail", lines=10).splitlines() == [
             "[ranks 0-2] loading",
+            "[rank 2] Traceback: boom",
             "[ranks 0-1] epoch 1: loss 0.5",
             "[ranks 0-1] rank {rank} done",
-            "[rank 2] Traceback: boom",
         ]
         assert JobLogs.states("job-none") == {} and JobLogs.grouped_tail("job-none") == ""
+    finally:
+        set_config(None)
+
+
+def test_a_grouped_tail_groups_ranks_whose_windows_start_a_line_apart(tmp_path: Path) -> None:
+    set_config(GpugeekConfig(job_logs_dir=str(tmp_path)))
+    try:
+        logs = JobLogs("job-offset")
+        for i in range(50):
+            logs.write(0, f"tick {i}\n")
+        for i in range(49):  # rank 1 is one line behind
+            logs.write(1, f"tick {i}\n")
+        logs.close()
+        tail = JobLogs.grouped_tail("job-offset", lines=5).splitlines()
+        assert tail == [f"[ranks 0-1] tick {i}" for i in range(45, 49)] + ["[rank 0] tick 49"], tail
     finally:
         set_config(None)
