@@ -144,6 +144,7 @@ class Job:
         on_output: Callable[[int, str, str], None] | None = None,
         env: dict[str, str] | None = None,
         output: str | None = None,
+        min_ranks: int | None = None,
     ) -> JobResult:
         """Run a script on every rank as ``torchrun --nproc_per_node=N`` would; returns a ``JobResult``.
 
@@ -154,6 +155,11 @@ class Job:
 
         ``env`` sets variables in every rank for this run only (``env={"NCCL_DEBUG": "INFO"}``),
         on every backend; torchrun's own variables cannot be overridden.
+
+        ``min_ranks`` makes the job elastic (torchrun's ``--nnodes=MIN:MAX``): when workers are lost
+        and not replaced within ``elastic_wait_seconds``, it restarts (``max_restarts`` counts it) on
+        the workers that remain, if at least ``min_ranks``, with the new ``WORLD_SIZE``; the script
+        resumes from its own checkpoint. ``result.sizes`` lists the world sizes it ran at.
 
         ``output`` is how the ranks' lines are written: ``"grouped"`` (lines alike shown once, as
         ``[ranks 0-7] ...``), ``"all"`` (``[rank N]`` each) or ``"rank0"``; by default
@@ -178,6 +184,7 @@ class Job:
                     hyperparams=hyperparams,
                     timeout=timeout,
                     max_restarts=max_restarts,
+                    min_ranks=min_ranks,
                     stream=stream,
                     on_output=on_output if on_output is not None else writer,
                     on_progress=progress,

@@ -38,6 +38,7 @@ ENVIRONMENT = {
     "job_logs_dir": "GPUGEEK_JOB_LOGS",
     "job_log_bytes": "GPUGEEK_JOB_LOG_BYTES",
     "job_logs_keep": "GPUGEEK_JOB_LOGS_KEEP",
+    "elastic_wait_seconds": "GPUGEEK_ELASTIC_WAIT",
 }
 
 
@@ -87,6 +88,11 @@ class GpugeekConfig(Configurable):
         8 * 1024 * 1024,
         help="Characters kept per rank and job on disk: the first and last halves, with a line saying "
         "how much was left out between them. Env: GPUGEEK_JOB_LOG_BYTES.",
+    ).tag(config=True)
+    elastic_wait_seconds = Float(
+        30.0,
+        help="A job run with min_ranks (--min-ranks) whose pool lost workers waits this long for them "
+        "to be replaced before it restarts on the workers that remain. Env: GPUGEEK_ELASTIC_WAIT.",
     ).tag(config=True)
     job_logs_keep = Integer(
         500, help="Jobs whose logs are kept; the oldest are removed as new ones start. Env: GPUGEEK_JOB_LOGS_KEEP."

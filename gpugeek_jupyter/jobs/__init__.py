@@ -61,6 +61,7 @@ def run_cell(
     stream: bool = True,
     rank0: bool = False,
     ranks: str | Sequence[int] | None = None,
+    min_ranks: int | None = None,
     env: Mapping[str, str] | None = None,
     on_output: OutputCallback | None = None,
     on_notice: NoticeCallback | None = None,
@@ -86,6 +87,7 @@ def run_cell(
         amp=amp,
         env=dict(env) if isinstance(env, Mapping) else env or {},  # validate() checks it
         ranks=chosen,
+        min_ranks=min_ranks,
     )
     return agent_for(pool).run(request, on_output, on_notice, on_progress)
 
@@ -98,6 +100,7 @@ def run_script(
     *,
     timeout: float | None = None,
     max_restarts: int = 0,
+    min_ranks: int | None = None,
     stream: bool = True,
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
@@ -117,6 +120,7 @@ def run_script(
         hyperparams=program.hyperparams,
         timeout=timeout,
         max_restarts=max_restarts,
+        min_ranks=min_ranks,
         stream=stream,
         env=dict(env) if isinstance(env, Mapping) else env or {},  # validate() checks it
     )

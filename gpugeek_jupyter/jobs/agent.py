@@ -118,12 +118,15 @@ class JobAgent:
         self._events[job_id] = events
         logs = JobLogs(job_id)
         restarts, not_started = 0, 0
+        sizes: list[int] = []  # the world size of each attempt that ran, when it changed (elastic jobs)
         try:
             self._subscribe()
             while True:
                 attempt = self._attempt(
                     job_id, restarts, request, events, deadline, on_output, logs, record, on_progress
                 )
+                if attempt.state is not AttemptState.NOT_STARTED and (not sizes or sizes[-1] != len(attempt.ranks)):
+                    sizes.append(len(attempt.ranks))
                 if attempt.state is AttemptState.NOT_STARTED and not_started < NOT_STARTED_RETRIES:
                     not_started += 1
                     continue
@@ -160,6 +163,7 @@ class JobAgent:
             ranks=reports,
             output=[logs.text(r.rank) for r in reports],
             where=attempt.where,
+            sizes=sizes or [len(reports)],
         )
         record.finished(result)
         return result
@@ -176,7 +180,7 @@ class JobAgent:
         record: JobRecord,
         on_progress: ProgressCallback | None = None,
     ) -> AttemptResult:
-        layout, changed = self.roster.ready_layout()
+        layout, changed = self.roster.ready_layout(request.min_ranks)
         request.check_ranks(layout.world_size)
         if changed or request.kind == "script" or self.group is None:
             self.group = self.groups.build(layout)

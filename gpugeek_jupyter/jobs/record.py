@@ -58,6 +58,7 @@ class JobRecord:
                 "duration_s": round(result.duration_s, 4),
                 "failed_rank": result.failed_rank,
                 **({"where": result.where} if result.where else {}),
+                **({"sizes": result.sizes} if len(result.sizes) > 1 else {}),
             },
         )
 

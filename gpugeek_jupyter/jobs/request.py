@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import Phrase, Setting, SpecError
 from .payload import CellCode, ScriptCode
 
 
@@ -29,6 +29,7 @@ class JobRequest:
     amp: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # the job's own variables (checked by job_env)
     ranks: tuple[int, ...] | None = None  # run on these ranks only (cells); None: every rank
+    min_ranks: int | None = None  # elastic: restart on as few as this many workers when some are lost
 
     @property
     def kind(self) -> str:
@@ -44,6 +45,21 @@ class JobRequest:
         self.env = check_job_env(self.env)
         if self.amp not in (None, "bf16", "fp16"):
             raise SpecError(field="amp", value=self.amp, rule="bf16 or fp16", example="bf16")
+        if self.min_ranks is not None:
+            if isinstance(self.min_ranks, bool) or not isinstance(self.min_ranks, int) or self.min_ranks < 1:
+                raise SpecError(field="min_ranks", value=self.min_ranks, rule="a whole number >= 1", example=2)
+            if self.max_restarts < 1:
+                raise SpecError(
+                    Phrase(
+                        "{field} {value} needs restarts: a smaller world is one (e.g. {restarts})",
+                        restarts=Setting(min_ranks=self.min_ranks, max_restarts=2),
+                    ),
+                    field="min_ranks",
+                    value=self.min_ranks,
+                    rule="restarts",
+                )
+            if self.ranks is not None:
+                raise SpecError(field="min_ranks", value=self.min_ranks, rule="for jobs on every rank, not with ranks")
         if self.ranks is not None and self.kind == "script":
             raise SpecError(
                 field="ranks", value=",".join(map(str, self.ranks)), rule="for cells only (a script runs on every rank)"

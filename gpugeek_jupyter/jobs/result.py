@@ -59,6 +59,7 @@ class JobResult:
     ranks: list[RankReport] = field(default_factory=list)
     output: list[str] = field(default_factory=list)  # everything each rank wrote, by rank
     where: str | None = None  # where the ranks were when the job timed out or was stuck, grouped
+    sizes: list[int] = field(default_factory=list)  # the world size, each time it changed (min_ranks)
 
     @property
     def ok(self) -> bool:

@@ -41,9 +41,10 @@ class WorkerRoster:
         self.dead: dict[str, float] = {}
         self._restarting: concurrent.futures.Future[None] | None = None
 
-    def ready_layout(self) -> tuple[Layout, bool]:
+    def ready_layout(self, min_ranks: int | None = None) -> tuple[Layout, bool]:
         """The pool's workers as ranks, and whether they changed since the last call; waits for lost
-        workers to be replaced (the pool heals)."""
+        workers to be replaced (the pool heals). With ``min_ranks``, after ``elastic_wait_seconds``
+        the workers that remain, if there are at least that many (torchrun's ``--nnodes=MIN:MAX``)."""
         from ..config import get_config
 
         now = time.monotonic()
@@ -52,6 +53,7 @@ class WorkerRoster:
         expected = max(1, int(self.pool.spec.count))
         heal_timeout = get_config().worker_start_timeout
         heal_deadline = now + heal_timeout
+        shrink_at = now + get_config().elastic_wait_seconds if min_ranks is not None else None
         while True:
             workers = self.transport.live_workers()
             # forget addresses the scheduler dropped (gone for good) and ones that, long after, did not go
@@ -59,6 +61,16 @@ class WorkerRoster:
             live = {a: w for a, w in workers.items() if a not in self.dead}
             if len(live) >= expected:
                 break
+            if shrink_at is not None and min_ranks is not None and time.monotonic() >= shrink_at:
+                if len(live) >= min_ranks:
+                    log.info(
+                        "pool %s: %d of its %d workers remain; the job goes on with %d ranks",
+                        self.pool.name,
+                        len(live),
+                        expected,
+                        len(live),
+                    )
+                    break
             if time.monotonic() > heal_deadline:
                 raise JobFailedError(
                     f"pool '{self.pool.name}' has {len(live)} of its {expected} workers ready after "

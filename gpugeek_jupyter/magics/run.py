@@ -34,6 +34,7 @@ def job_table(records: list[Any]) -> Any:
         "started",
         "duration_s",
         "exit codes",
+        "sizes",
         "failure",
         "sha256",
     ]
@@ -48,6 +49,7 @@ def job_table(records: list[Any]) -> Any:
             "started": dt.datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S"),
             "duration_s": round(r.ended_at - r.started_at, 3) if r.ended_at else None,
             "exit codes": r.rank_exits,
+            "sizes": (r.summary or {}).get("sizes") or [r.ranks],
             "failure": r.failure_reason or "",
             "sha256": r.code_sha256[:12],
         }
@@ -82,6 +84,12 @@ class JobMagics(Magics):
     )
     @argument(
         "--max-restarts", default="0", help="restart a failed job up to this many times (TORCHELASTIC_RESTART_COUNT)"
+    )
+    @argument(
+        "--min-ranks",
+        default=None,
+        help="elastic: when workers are lost and not replaced, restart on the remaining ones if at least "
+        "this many (with --max-restarts >= 1; resume from a checkpoint)",
     )
     @argument(
         "-o",
@@ -175,6 +183,7 @@ class JobMagics(Magics):
             pool = self._pool(args.pool)
             timeout = _number(args.timeout, "--timeout", 600)
             max_restarts = _number(args.max_restarts, "--max-restarts", 2, integer=True)
+            min_ranks = _number(args.min_ranks, "--min-ranks", 2, integer=True)
             if args.out is not None and (not args.out.isidentifier() or keyword.iskeyword(args.out)):
                 raise SpecError(
                     Phrase("{field} needs {rule}, got {value} (e.g. {example})"),
@@ -199,6 +208,7 @@ class JobMagics(Magics):
                 "env": _job_env(args.env),
                 "timeout": timeout,
                 "max_restarts": max_restarts,
+                "min_ranks": min_ranks,
                 "stream": not args.no_stream,
                 "on_output": writer,
                 "on_progress": progress,
