@@ -27,6 +27,7 @@ ENVIRONMENT = {
     "worker_start_timeout": "GPUGEEK_WORKER_START_TIMEOUT",
     "worker_death_timeout": "GPUGEEK_WORKER_DEATH_TIMEOUT",
     "bind_host": "GPUGEEK_BIND_HOST",
+    "pool_tls": "GPUGEEK_POOL_TLS",
     "telemetry_period_seconds": "GPUGEEK_TELEMETRY_PERIOD",
     "kubernetes_namespace": "GPUGEEK_NAMESPACE",
     "kubernetes_spot_preset": "GPUGEEK_SPOT_PRESET",
@@ -106,6 +107,12 @@ class GpugeekConfig(Configurable):
     ).tag(config=True)
     bind_host = Unicode(
         "127.0.0.1", help="Interface the local scheduler and workers listen on. Env: GPUGEEK_BIND_HOST."
+    ).tag(config=True)
+    pool_tls = Bool(
+        True,
+        help="Local pools speak TLS with certificates of their own (made at launch, readable by this user "
+        "only), so no other user of the machine can connect to their scheduler or workers. False: plain "
+        "TCP, which any local user can reach. Env: GPUGEEK_POOL_TLS.",
     ).tag(config=True)
     telemetry_period_seconds = Float(
         1.0, help="Telemetry sampling period on every worker. Env: GPUGEEK_TELEMETRY_PERIOD."

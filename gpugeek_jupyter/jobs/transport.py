@@ -243,16 +243,18 @@ def ask_scheduler_workers(
     *args: Any,
     timeout: float = 3.0,
     connect_timeout: float = DIRECT_CONNECT_S,
+    security: Any = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """From any process (a second kernel, the server): the workers of the scheduler at ``address``
     and the answers of ``function(*args)`` from those that answered within ``timeout`` s, each asked
     on its own (:meth:`PoolTransport.ask`), over a short-lived client closed before returning.
+    ``security``: the pool's dask ``Security`` (its TLS certificates); None: dask's configuration.
 
     Raises ``OSError`` or ``TimeoutError`` when the scheduler cannot be reached in ``connect_timeout``.
     """
     from distributed import Client
 
-    client = Client(address, set_as_default=False, timeout=connect_timeout)
+    client = Client(address, set_as_default=False, timeout=connect_timeout, security=security)
     try:
         transport = PoolTransport(client, pool_name)
         workers = transport.live_workers()

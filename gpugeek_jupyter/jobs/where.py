@@ -368,10 +368,11 @@ def where_report(
     registry = registry or get_registry()
     name, address, pool_id = _pool_facts(pool_name_or_record, registry)
     try:
+        security = _pool_security(pool_name_or_record, pool_id, registry)
         workers, answers = ask_scheduler_workers(
-            address, name, rank_side.stack_rank, timeout=timeout, connect_timeout=CONNECT_TIMEOUT_S
+            address, name, rank_side.stack_rank, timeout=timeout, connect_timeout=CONNECT_TIMEOUT_S, security=security
         )
-    except (OSError, TimeoutError) as e:  # data that says why, not an error: the pool may be going
+    except (OSError, TimeoutError, GpugeekError) as e:  # data that says why, not an error: the pool may be going
         unreachable = f"its scheduler {address} does not answer ({type(e).__name__}: {e})"
         recorded = _recorded_running_job(registry, pool_id)
         return WhereReport(name, recorded, elapsed_s=time.monotonic() - started, unreachable=unreachable)
@@ -389,6 +390,15 @@ def _pool_facts(pool: str | PoolRecord | Any, registry: Registry) -> tuple[str, 
         raise GpugeekError(Phrase("pool {name} has no scheduler address yet (is it still starting?)", name=Value(name)))
     pool_id = getattr(pool, "id", None)
     return name, str(address), pool_id if isinstance(pool_id, int) else None
+
+
+def _pool_security(pool: str | PoolRecord | Any, pool_id: int | None, registry: Registry) -> Any:
+    """The dask ``Security`` that reaches the pool: a Pool's own, else its TLS credentials by id."""
+    from ..pools.credentials import connection_security
+
+    if not isinstance(pool, str | PoolRecord) and hasattr(pool, "security"):
+        return pool.security
+    return connection_security(registry.pool_by_id(pool_id), registry) if pool_id is not None else None
 
 
 def _live_pool(registry: Registry, name: str) -> PoolRecord:

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from distributed import Client
+    from distributed.security import Security
 
     from ..spec import PoolSpec
+    from .credentials import PoolCredentials
 
 ProgressCallback = Callable[[int, int], None]  # (workers ready, workers asked for)
 
@@ -29,6 +31,7 @@ class RunningCluster:
     cluster: Any = None  # the dask Cluster object when this process owns it
     owns_workers: bool = True  # False for an attached scheduler: stop() must not shut it down
     extra: dict[str, Any] = field(default_factory=dict)
+    security: Security | None = field(default=None, repr=False)  # how to reach the scheduler (None: dask's config)
 
     def close(self, timeout: float = 30.0) -> None:
         """Close the client and, when this process owns it, the cluster."""
@@ -41,13 +44,23 @@ class RunningCluster:
 
 class Backend(Protocol):
     name: str
+    # True: the manager makes the pool its own TLS credentials at launch (GpugeekConfig.pool_tls)
+    # and hands them to start(); False: the backend's connections are secured elsewhere, or not
+    uses_pool_credentials: bool
 
     def preflight(self, spec: PoolSpec) -> None:
         """Raise a GpugeekError now if ``spec`` cannot work here (before anything is registered)."""
         ...
 
-    def start(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
-        """Start (or attach to) the cluster for ``spec``; raise a GpugeekError subclass on failure."""
+    def start(
+        self,
+        spec: PoolSpec,
+        on_progress: ProgressCallback,
+        start_timeout: float,
+        credentials: PoolCredentials | None = None,
+    ) -> RunningCluster:
+        """Start (or attach to) the cluster for ``spec``, requiring ``credentials`` on every connection
+        when given; raise a GpugeekError subclass on failure."""
         ...
 
 

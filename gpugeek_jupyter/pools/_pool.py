@@ -80,6 +80,15 @@ class Pool:
         return self._running.scheduler_address
 
     @property
+    def security(self) -> Any:
+        """The dask ``Security`` that reaches this pool (its TLS certificates' paths, never their
+        contents), for a ``Client`` of your own:
+
+        >>> Client(pool.scheduler_address, security=pool.security)  # doctest: +SKIP
+        """
+        return self._running.security
+
+    @property
     def dashboard_link(self) -> str | None:
         return self._running.dashboard_link
 

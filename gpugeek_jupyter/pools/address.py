@@ -2,6 +2,10 @@
 
 The pool does not own those workers: stopping it detaches (closes the client) and leaves the
 scheduler running. Cost is still accrued for the workers the pool saw while attached.
+
+A ``tls://`` scheduler is reached with the user's own ``Security`` from dask's configuration
+(``distributed.comm.tls.ca-file``, ``.client.cert``, ``.client.key``, or the
+``DASK_DISTRIBUTED__COMM__TLS__*`` variables); without them the launch fails naming what is missing.
 """
 
 from __future__ import annotations
@@ -13,15 +17,50 @@ from ._backend import ProgressCallback, RunningCluster, wait_for_workers
 
 if TYPE_CHECKING:
     from ..spec import PoolSpec
+    from .credentials import PoolCredentials
+
+TLS_SETTINGS = {  # what a tls:// client needs, by dask config key
+    "distributed.comm.tls.ca-file": "tls_ca_file",
+    "distributed.comm.tls.client.cert": "tls_client_cert",
+}
+
+
+def missing_tls_settings() -> list[str]:
+    """The dask config keys a client needs for ``tls://`` that are not set here (empty: all set)."""
+    from distributed.security import Security
+
+    security = Security()
+    return [key for key, attribute in TLS_SETTINGS.items() if not getattr(security, attribute)]
 
 
 class AddressBackend:
     name = "address"
+    uses_pool_credentials = False  # someone else's scheduler: its own security, from dask's config
 
     def preflight(self, spec: PoolSpec) -> None:
-        """The address was validated by PoolSpec; reachability is checked by start()."""
+        """A ``tls://`` address needs the user's TLS settings; reachability is checked by start()."""
+        assert spec.address is not None  # PoolSpec.create guarantees it for this backend
+        if spec.address.startswith("tls://"):
+            missing = missing_tls_settings()
+            if missing:
+                raise BackendUnavailableError(
+                    Phrase(
+                        "{address} needs TLS credentials of yours in dask's config, and {missing} "
+                        "{is_are} not set (in ~/.config/dask/*.yaml, or DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
+                        "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT and __KEY)",
+                        address=Setting(address=spec.address),
+                        missing=", ".join(missing),
+                        is_are="is" if len(missing) == 1 else "are",
+                    )
+                )
 
-    def start(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
+    def start(
+        self,
+        spec: PoolSpec,
+        on_progress: ProgressCallback,
+        start_timeout: float,
+        credentials: PoolCredentials | None = None,
+    ) -> RunningCluster:
         from distributed import Client
 
         assert spec.address is not None  # PoolSpec.create guarantees it for this backend
@@ -47,4 +86,5 @@ class AddressBackend:
             scheduler_address=spec.address,
             dashboard_link=client.dashboard_link,
             owns_workers=False,
+            security=client.security,
         )

@@ -2,7 +2,9 @@
 
 One single-threaded worker process per rank for ``cpu``; dask-cuda's ``LocalCUDACluster`` (one worker
 per GPU) when NVML finds GPUs of the asked type among those this process's ``CUDA_VISIBLE_DEVICES``
-allows (see :mod:`gpugeek_jupyter.devices`). Everything binds to loopback unless configured.
+allows (see :mod:`gpugeek_jupyter.devices`). Everything binds to loopback unless configured, and
+speaks TLS with the pool's own certificates (:mod:`.credentials`) unless ``GpugeekConfig.pool_tls``
+is off: loopback is shared by every user of the machine.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .worker_origin import use_forkserver
 
 if TYPE_CHECKING:
     from ..spec import PoolSpec
+    from .credentials import PoolCredentials
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,7 @@ def _describe_usable(found: GpuDiscovery, usable: list[GpuDevice]) -> str:
 
 class LocalBackend:
     name = "local"
+    uses_pool_credentials = True
 
     def preflight(self, spec: PoolSpec) -> None:
         gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
@@ -128,21 +132,36 @@ class LocalBackend:
             )
         return format_visible_devices(d.index for d in matching[: spec.count])
 
-    def start(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
+    def start(
+        self,
+        spec: PoolSpec,
+        on_progress: ProgressCallback,
+        start_timeout: float,
+        credentials: PoolCredentials | None = None,
+    ) -> RunningCluster:
         gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
+        security = credentials.security() if credentials is not None else None
         if gpu.is_cpu:
-            return self._start_cpu(spec, on_progress, start_timeout)
-        return self._start_gpu(spec, on_progress, start_timeout)
+            return self._start_cpu(spec, on_progress, start_timeout, security)
+        return self._start_gpu(spec, on_progress, start_timeout, security)
 
-    def _worker_kwargs(self) -> dict[str, Any]:
+    def _cluster_kwargs(self, security: Any) -> dict[str, Any]:
+        """What the scheduler, the nannies and the workers are made with. dask hands ``security`` to
+        each of them and, since it requires encryption, listens on ``tls://``: every connection then
+        needs the pool's certificate."""
         config = get_config()
-        return {
+        kwargs: dict[str, Any] = {
             "death_timeout": config.worker_death_timeout,
             "preload": [WORKER_PRELOAD],
             "env": worker_env(),
         }
+        if security is not None:
+            kwargs["security"] = security
+        return kwargs
 
-    def _start_cpu(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
+    def _start_cpu(
+        self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float, security: Any
+    ) -> RunningCluster:
         from distributed import Client, LocalCluster
 
         config = get_config()
@@ -156,7 +175,7 @@ class LocalBackend:
                     host=config.bind_host,
                     dashboard_address=f"{config.bind_host}:0",
                     scheduler_kwargs={"idle_timeout": None},
-                    **self._worker_kwargs(),
+                    **self._cluster_kwargs(security),
                 )
             except Exception as e:
                 raise PoolStartError(f"could not start a local dask scheduler for pool '{spec.name}': {e}") from e
@@ -172,9 +191,12 @@ class LocalBackend:
             scheduler_address=cluster.scheduler_address,
             dashboard_link=cluster.dashboard_link,
             cluster=cluster,
+            security=security,
         )
 
-    def _start_gpu(self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float) -> RunningCluster:
+    def _start_gpu(
+        self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float, security: Any
+    ) -> RunningCluster:
         devices = self._matching_devices(spec)
         try:
             from dask_cuda import LocalCUDACluster
@@ -194,7 +216,7 @@ class LocalBackend:
                     threads_per_worker=1,
                     host=config.bind_host,
                     dashboard_address=f"{config.bind_host}:0",
-                    **self._worker_kwargs(),
+                    **self._cluster_kwargs(security),
                 )
             except Exception as e:
                 raise PoolStartError(f"could not start dask-cuda workers for pool '{spec.name}': {e}") from e
@@ -210,4 +232,5 @@ class LocalBackend:
             dashboard_link=cluster.dashboard_link,
             cluster=cluster,
             extra={"cuda_visible_devices": devices},
+            security=security,
         )

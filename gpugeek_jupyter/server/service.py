@@ -191,6 +191,7 @@ class GpugeekService:
         except NotFoundError:
             return self.pool(name)  # NotFoundError again when no pool ever had that name
         record = self.manager.stop(name, reason="stopped from the Jupyter server")
+        self._forget_client(record.scheduler_address)
         return {"pool": self._pool_model(record)}
 
     def metrics(self, name: str) -> dict[str, Any]:
@@ -201,13 +202,18 @@ class GpugeekService:
         if record.status.value != "ready" or not record.scheduler_address:
             return {"samples": [], "reason": f"pool '{name}' is {record.status.value}"}
         try:
-            client = self._client_for(record.scheduler_address)
+            client = self._client_for(record)
         except (OSError, TimeoutError) as e:
             return {"samples": [], "reason": f"the pool's scheduler does not answer: {e}"}
+        except GpugeekError as e:  # e.g. its TLS credentials are not this user's
+            return {"samples": [], "reason": str(e)}
         samples, reason = latest_from_workers(client)
         return {"samples": samples, "reason": reason}
 
-    def _client_for(self, address: str) -> Any:
+    def _client_for(self, record: PoolRecord) -> Any:
+        """A dask client of ``record``'s scheduler: the server's own pool's, else one kept per address,
+        connected with the pool's TLS credentials when it has them."""
+        address = record.scheduler_address or ""
         owned = next((p for p in self.manager.pools() if p.scheduler_address == address), None)
         if owned is not None:
             return owned.client
@@ -215,8 +221,20 @@ class GpugeekService:
         if client is None or client.status not in ("running", "connecting", "newly-created"):
             from distributed import Client
 
-            client = self._clients[address] = Client(address, set_as_default=False, timeout=3)
+            from ..pools.credentials import connection_security
+
+            security = connection_security(record, self.registry)
+            client = self._clients[address] = Client(address, set_as_default=False, timeout=3, security=security)
         return client
+
+    def _forget_client(self, address: str | None) -> None:
+        """Close the kept client of a stopped pool's scheduler (it would keep trying to reconnect)."""
+        client = self._clients.pop(address or "", None)
+        if client is not None:
+            try:
+                client.close(timeout=3)
+            except Exception as e:  # the pool is gone either way; only this client's clean-up is lost
+                log.info("the client of %s did not close cleanly: %s", address, e)
 
     def _pool_models(self, records: list[PoolRecord], now: float) -> list[dict[str, Any]]:
         """Models of ``records``: running workers read for the live ones in one query; an ended

@@ -18,13 +18,21 @@ Schema: numbered steps applied on open (``PRAGMA user_version``), see :mod:`._mi
 
 Modules: ``_connection`` (connections, write transactions), ``_migrations`` (schema steps),
 ``_records`` (statuses, records), ``_pools``, ``_workers``, ``_jobs``, ``_utilization`` (queries),
-``_registry`` (:class:`Registry`, :func:`get_registry`).
+``_registry`` (:class:`Registry`, :func:`get_registry`), ``_private`` (files ``0600`` in ``0700``
+directories, for the registry and whatever lives beside it).
 """
 
 from __future__ import annotations
 
 from ._migrations import MIGRATIONS, SCHEMA_VERSION, Migration
 from ._pools import KEEP
+from ._private import (
+    check_private_directory,
+    check_private_file,
+    make_private_directory,
+    make_private_file,
+    write_private_file,
+)
 from ._processes import process_is_alive, process_started_at
 from ._records import (
     LIVE_STATUSES,
@@ -57,7 +65,12 @@ __all__ = [
     "Registry",
     "UtilizationSample",
     "WorkerInterval",
+    "check_private_directory",
+    "check_private_file",
     "get_registry",
+    "make_private_directory",
+    "make_private_file",
     "process_is_alive",
     "process_started_at",
+    "write_private_file",
 ]

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from support.tls import client_tls_config
+
 
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -25,7 +27,8 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     config.set_config(None)
     manager = PoolManager(registry=Registry(tmp_path_factory.mktemp("owner") / "owner.sqlite"), owner="tests")
     pool = manager.launch(PoolSpec.create(gpu_type="cpu", count=2, name="jobs-shared"))
-    yield pool.scheduler_address
+    with client_tls_config(pool.security):  # attaching by address, as a user would: with dask's TLS config
+        yield pool.scheduler_address
     manager.shutdown()
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from support.tls import client_tls_config
+
 POOL_NAME = "realcode"  # test_realcode.py attaches to the pool by this name
 
 
@@ -27,7 +29,8 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     config.set_config(None)
     manager = PoolManager(registry=Registry(tmp_path_factory.mktemp("owner") / "owner.sqlite"), owner="tests")
     pool = manager.launch(PoolSpec.create(gpu_type="cpu", count=2, name="realcode-shared"))
-    yield pool.scheduler_address
+    with client_tls_config(pool.security):  # attaching by address, as a user would: with dask's TLS config
+        yield pool.scheduler_address
     manager.shutdown()
 
 

@@ -64,7 +64,7 @@ async def test_server_launched_pool_comes_up_and_delete_ends_its_worker_processe
     assert body["pool"]["status"] in ("starting", "ready")
 
     pool = await wait_for_pool(api, "from-panel", "ready")
-    assert pool["workers_ready"] == 1 and pool["scheduler_address"].startswith("tcp://")
+    assert pool["workers_ready"] == 1 and pool["scheduler_address"].startswith("tls://")  # the pool's own certificates
     assert pool["usd_per_hour"] > 0
     pids = worker_pids("from-panel")
     assert len(pids) == 1 and running(pids[0])
