@@ -1,9 +1,11 @@
-"""No API key or server token in any repr, log line, widget state, error message or registry row.
+"""No API key, server token or pool TLS key material in any repr, log line, widget state, error
+message, REST answer or registry row.
 
-Both secrets are known values here; everything a user or an admin could read afterwards is searched
-for them: every message the kernel sent (outputs, errors, widget and bokeh comm state), a DEBUG log
-of the kernel's Python logging, the Jupyter server's log at DEBUG, and the registry's bytes (the
-database and its write-ahead log).
+The secrets are known values here (the pool's certificates and key are read from their files while
+it runs); everything a user or an admin could read afterwards is searched for them: every message
+the kernel sent (outputs, errors, widget and bokeh comm state), a DEBUG log of the kernel's Python
+logging, the Jupyter server's log at DEBUG and its answers, and the registry's bytes (the database
+and its write-ahead log).
 """
 
 from __future__ import annotations
@@ -27,6 +29,16 @@ def _registry_bytes(path: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")) if p.is_file())
 
 
+def _credential_material(registry: Path) -> list[str]:
+    """The base64 lines of every pool credential file beside ``registry`` (certificates and keys),
+    and the PEM marker of a private key: one of them anywhere else would be a leak."""
+    lines = ["PRIVATE KEY-----"]
+    for pem in sorted((registry.parent / "gpugeek-credentials").rglob("*.pem")):
+        lines += [line for line in pem.read_text().splitlines() if line and not line.startswith("-----")]
+    assert len(lines) > 3, "no pool credentials to look for: is the pool running with TLS?"
+    return lines
+
+
 def _where(secret: str, text: str, width: int = 120) -> list[str]:
     found, start = [], text.find(secret)
     while start >= 0 and len(found) < 5:
@@ -37,7 +49,7 @@ def _where(secret: str, text: str, width: int = 120) -> list[str]:
 
 @pytest.mark.timeout(300)
 def test_the_api_key_never_appears_in_kernel_output_widgets_logs_or_the_registry(tmp_path: Path, scenario) -> None:  # type: ignore[no-untyped-def]
-    """Security: no api_key or token in reprs, logs, widgets, errors, db"""
+    """Security: no api_key, token or TLS key in reprs, logs, widgets, db"""
     registry = tmp_path / "gpugeek.sqlite"
     log_file = tmp_path / "kernel-debug.log"
     script = tmp_path / "train.py"
@@ -60,10 +72,14 @@ def test_the_api_key_never_appears_in_kernel_output_widgets_logs_or_the_registry
         "%gpugeek_jobs",
         "%gpugeek_cost",
         "%gpugeek_monitor --pool secrets",
+        "import gpugeek_jupyter\npool = gpugeek_jupyter.current_pool()\nprint(pool, pool.running, pool.security)\npool",
         "%gpugeek_stop secrets",
     ]
+    material: list[str] = []
     try:
         for cell in cells:
+            if cell.startswith("%gpugeek_stop"):  # the pool's credentials go with it
+                material = _credential_material(registry)
             session.run(cell, timeout=120)
     finally:
         session.shutdown()
@@ -75,6 +91,14 @@ def test_the_api_key_never_appears_in_kernel_output_widgets_logs_or_the_registry
         "registry": _registry_bytes(registry).decode("latin-1"),
     }
     leaks = {where: _where(API_KEY, text) for where, text in places.items() if API_KEY in text}
+    leaks.update(
+        {
+            f"TLS key material in {where}": _where(line, text)
+            for where, text in places.items()
+            for line in material
+            if line in text
+        }
+    )
     # the test looked at the right things: the widgets and the failed job are in what it searched
     assert '"comm_open"' in messages and "application/vnd.jupyter.widget-view+json" in messages
     assert "bad hyperparameters" in messages and "'***'" in messages
@@ -87,11 +111,12 @@ def test_the_api_key_never_appears_in_kernel_output_widgets_logs_or_the_registry
 def test_the_server_token_and_api_key_never_appear_in_the_server_log_or_registry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario
 ) -> None:  # type: ignore[no-untyped-def]
-    """Security: no api_key or token in reprs, logs, widgets, errors, db"""
+    """Security: no api_key, token or TLS key in reprs, logs, widgets, db"""
     monkeypatch.setenv("GPUGEEK_API_KEY", API_KEY)
     registry = tmp_path / "gpugeek.sqlite"
     server = start_lab(tmp_path / "home", registry, extra_args=("--debug",))
     answers: list[str] = []
+    material: list[str] = []
     try:
         for method, path, body in [
             ("POST", "pools", {"gpu_type": "cpu", "count": 1, "name": "from-panel"}),
@@ -105,6 +130,8 @@ def test_the_server_token_and_api_key_never_appear_in_the_server_log_or_registry
             ("DELETE", "pools/from-panel", None),
             ("DELETE", "pools/ghost", None),  # 404
         ]:
+            if (method, path) == ("DELETE", "pools/from-panel"):  # the pool's credentials go with it
+                material = _credential_material(registry)
             _, answer = server.call(method, f"gpugeek/{path}", body)
             answers.append(json.dumps(answer))
         status, _ = server.call("GET", "gpugeek/pools", token="wrong-" + server.token)  # refused, and logged
@@ -122,10 +149,11 @@ def test_the_server_token_and_api_key_never_appear_in_the_server_log_or_registry
         "answers": "\n".join(answers),
         "registry": _registry_bytes(registry).decode("latin-1"),
     }
+    secrets_ = [("api key", API_KEY), ("server token", server.token)] + [("TLS key material", m) for m in material]
     leaks = {
         f"{what} in {where}": _where(secret, text)
         for where, text in places.items()
-        for what, secret in (("api key", API_KEY), ("server token", server.token))
+        for what, secret in secrets_
         if secret in text
     }
     assert "from-panel" in places["registry"] and "gpugeek" in ours  # the searched places hold the requests

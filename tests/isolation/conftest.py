@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from server.conftest import api, jp_server_config, jp_serverapp  # noqa: F401  (the Jupyter server fixtures)
 
 from support.other_user import OtherUser
 
