@@ -22,7 +22,7 @@ import contextvars
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -71,7 +71,7 @@ class LabelledWriter:
         return self._stdout or sys.stdout
 
 
-def rank_ranges(ranks: list[int] | set[int]) -> str:
+def rank_ranges(ranks: Iterable[int]) -> str:
     """``[0, 1, 2, 3, 5]`` -> ``'0-3,5'``."""
     spans: list[list[int]] = []
     for rank in sorted(set(ranks)):
@@ -82,9 +82,19 @@ def rank_ranges(ranks: list[int] | set[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
-def ranks_label(ranks: list[int] | set[int]) -> str:
+def format_ranks(ranks: Iterable[int]) -> str:
+    """``rank 3``, ``ranks 0-7`` or ``ranks 0-3,5``: how every report names a set of ranks.
+
+    >>> format_ranks([3]), format_ranks(range(8)), format_ranks([5, 0, 1, 2, 3])
+    ('rank 3', 'ranks 0-7', 'ranks 0-3,5')
+    """
+    chosen = set(ranks)
+    return f"rank {next(iter(chosen))}" if len(chosen) == 1 else f"ranks {rank_ranges(chosen)}"
+
+
+def ranks_label(ranks: Iterable[int]) -> str:
     """``[rank 3]`` or ``[ranks 0-7]``."""
-    return f"[rank {next(iter(ranks))}]" if len(set(ranks)) == 1 else f"[ranks {rank_ranges(ranks)}]"
+    return f"[{format_ranks(ranks)}]"
 
 
 _RANK_PLACEHOLDER = "\x00"

@@ -23,11 +23,12 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SpecError
+from .output import format_ranks
 
 MODES = ("grouped", "all", "rank0")
 TEXT_INTERVAL_S = 2.0  # a bar's line at most this often (and once when it closes)
@@ -97,27 +98,6 @@ def format_elapsed(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours:d}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
-
-
-def format_ranks(ranks: Iterable[int]) -> str:
-    """``rank 3``, ``ranks 0-7`` or ``ranks 0-3,5``.
-
-    >>> format_ranks([3]), format_ranks(range(8)), format_ranks([5, 0, 1, 2, 3])
-    ('rank 3', 'ranks 0-7', 'ranks 0-3,5')
-    """
-    ordered = sorted(set(ranks))
-    if len(ordered) == 1:
-        return f"rank {ordered[0]}"
-    spans: list[str] = []
-    start = previous = ordered[0]
-    for rank in ordered[1:] + [None]:
-        if rank is not None and rank == previous + 1:
-            previous = rank
-            continue
-        spans.append(str(start) if start == previous else f"{start}-{previous}")
-        if rank is not None:
-            start = previous = rank
-    return "ranks " + ",".join(spans)
 
 
 # -- one bar, and a bar across ranks -------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 from . import rank as rank_side
 from .layout import Layout
 from .logs import JobLogs
-from .output import rank_ranges
+from .output import format_ranks
 from .payload import RankOutcome
 from .process_group import ProcessGroup
 from .result import RankReport
@@ -282,14 +282,14 @@ class AttemptWatch:
         launched = {slot.rank for slot in self.slots}
         absent = [r for r in range(self.layout.world_size) if r not in launched]
         waits = "; ".join(
-            f"{_ranks([self.layout.slot_of(a).rank])} in {info['collective']}"
+            f"{format_ranks([self.layout.slot_of(a).rank])} in {info['collective']}"
             + (f" at {info['at']}" if info.get("at") else "")
             for a, info in sorted(stuck.items(), key=lambda item: self.layout.slot_of(item[0]).rank)
         )
         self._stop(
             StopCause.CANNOT_COMPLETE,
-            f"job {self.job_id} cannot complete: {waits} waits for {_ranks(absent)}, which did not take part "
-            f"(the cell ran on {_ranks(sorted(launched))} only); collectives need every rank of their "
+            f"job {self.job_id} cannot complete: {waits} waits for {format_ranks(absent)}, which did not take part "
+            f"(the cell ran on {format_ranks(sorted(launched))} only); collectives need every rank of their "
             "group: run this cell on every rank, or keep collectives out of cells run with --ranks",
         )
 
@@ -438,13 +438,9 @@ def _group_others(primary: RankReport, reports: list[RankReport]) -> list[str]:
             continue
         key = report.describe().replace(f"rank {report.rank} ", "\x00 ", 1)
         groups.setdefault(key, []).append(report.rank)
-    phrases = [f"{_ranks_word(same)} failed with the same error"] if same else []
-    phrases += [key.replace("\x00", _ranks_word(ranks), 1) for key, ranks in groups.items()]
+    phrases = [f"{format_ranks(same)} failed with the same error"] if same else []
+    phrases += [key.replace("\x00", format_ranks(ranks), 1) for key, ranks in groups.items()]
     return phrases
-
-
-def _ranks_word(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
 
 
 def _summary(reports: list[RankReport]) -> str:
@@ -452,11 +448,7 @@ def _summary(reports: list[RankReport]) -> str:
     groups: dict[str, list[int]] = {}
     for report in reports:
         groups.setdefault(report.describe().replace(f"rank {report.rank} ", "\x00 ", 1), []).append(report.rank)
-    return "; ".join(key.replace("\x00", _ranks_word(ranks), 1) for key, ranks in groups.items())
-
-
-def _ranks(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in sorted(ranks))
+    return "; ".join(key.replace("\x00", format_ranks(ranks), 1) for key, ranks in groups.items())
 
 
 def timeout_message(job_id: str, timeout: float, layout: Layout, where: dict[str, Any]) -> str:
@@ -477,10 +469,10 @@ def timeout_message(job_id: str, timeout: float, layout: Layout, where: dict[str
             behind.append((slot.rank, "did not answer"))
     head = f"job {job_id} timed out after {timeout:g} s"
     if waiting:
-        waits = "; ".join(f"{_ranks(r)} waiting in {name}" for name, r in waiting.items())
+        waits = "; ".join(f"{format_ranks(r)} waiting in {name}" for name, r in waiting.items())
         if behind:
             late = ", ".join(f"rank {r} {where}" for r, where in behind)
-            return f"{head}: {_ranks([r for r, _ in behind])} had not arrived ({late}); {waits}"
+            return f"{head}: {format_ranks([r for r, _ in behind])} had not arrived ({late}); {waits}"
         return f"{head}: {waits} (every rank is in a collective: do they call the same ones in the same order?)"
     running = ", ".join(f"rank {r} {where}" for r, where in behind)
     return f"{head}: no rank was in a collective ({running})"

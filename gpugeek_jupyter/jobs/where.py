@@ -33,7 +33,7 @@ import re
 import sysconfig
 import time
 import types
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from ..errors import GpugeekError, NotFoundError, Phrase, Setting, Value
 from ..store import JobStatus, PoolRecord, Registry, get_registry
 from .cell import CELL_FILENAME
 from .diagnose import _is_library_file
+from .output import format_ranks
 
 __all__ = ["WHERE_TIMEOUT_S", "WhereReport", "group_where", "pool_to_ask", "stack_frames", "where_report"]
 
@@ -159,23 +160,6 @@ def _collective_name(text: Any) -> str | None:
         return None
     name = str(text)
     return name[:-2] if name.endswith("()") else name
-
-
-def format_ranks(ranks: Iterable[int]) -> str:
-    """``rank 3``, ``ranks 0, 2`` or ``ranks 0, 4-7``: runs of three or more as ranges."""
-    ordered = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        if j - i >= 2:
-            parts.append(f"{ordered[i]}-{ordered[j]}")
-        else:
-            parts.extend(str(r) for r in ordered[i : j + 1])
-        i = j + 1
-    return ("rank " if len(ordered) == 1 else "ranks ") + ", ".join(parts)
 
 
 def _groups(entries: Mapping[int, Mapping[str, Any] | None]) -> list[tuple[_Place, list[int]]]:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from ..jobs.output import format_ranks
 from ..jobs.progress_text import (
     BarGroup,
     TextProgress,
@@ -35,7 +36,6 @@ from ..jobs.progress_text import (
     choose_mode,
     format_count,
     format_elapsed,
-    format_ranks,
     format_rate,
     percent,
 )

@@ -104,7 +104,7 @@ def test_timeout_message_names_the_ranks_that_had_not_arrived() -> None:
     message = timeout_message("job-1", 5, layout, where)
     assert message == (
         "job job-1 timed out after 5 s: rank 1 had not arrived (rank 1 at line 3: time.sleep(60)); "
-        "ranks 0, 2 waiting in dist.barrier()"
+        "ranks 0,2 waiting in dist.barrier()"
     )
 
 

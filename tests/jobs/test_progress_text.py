@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 
 from gpugeek_jupyter.errors import SpecError
+from gpugeek_jupyter.jobs.output import format_ranks
 from gpugeek_jupyter.jobs.progress_text import (
     TextProgress,
     aggregate,
     choose_mode,
     format_bar,
     format_group,
-    format_ranks,
 )
 
 

@@ -215,7 +215,7 @@ def test_where_rank_answers_group_as_the_driver_has_them() -> None:
     }
     text = group_where(entries)
     assert text.splitlines()[0] == (
-        "ranks 0, 2 waiting in dist.barrier at line 4; rank 1 at data.py:17; rank 3 finished; rank 4 not responding"
+        "ranks 0,2 waiting in dist.barrier at line 4; rank 1 at data.py:17; rank 3 finished; rank 4 not responding"
     )
     assert "rank 1:\n    /home/me/data.py, line 17: time.sleep(1)" in text
 
