@@ -7,8 +7,17 @@
 >>> for step in range(ckpt.step, 1000):                   # doctest: +SKIP
 ...     ...; ckpt.save(step + 1)
 
+Model parallelism (:mod:`gpugeek_jupyter.jobs.parallel`), with torch's own building blocks:
+
+>>> mesh = gg.mesh(dp=2, tp=2)                            # 4 ranks; tp groups within a host  # doctest: +SKIP
+>>> model = gg.tensor_parallel(model, gg.mlp_plan("fc1", "fc2", prefix="blocks.*.mlp"), mesh=mesh)  # doctest: +SKIP
+>>> model = gg.fsdp(model, mesh=mesh["dp"])               # 2-D: FSDP over dp, TP over tp  # doctest: +SKIP
+>>> pipe = gg.pipeline(nn.Sequential(...), split_points=["2"], microbatches=4, loss_fn=F.mse_loss)  # doctest: +SKIP
+>>> pipe.step(x, target=y)                                # the loss on the last stage, None elsewhere  # doctest: +SKIP
+
 Outside a job (no process group), the same calls work on one process: ``gg.ddp`` returns the model
-unwrapped and ``gg.shard`` gives the whole dataset, so a cell can be tried locally first.
+unwrapped, ``gg.shard`` gives the whole dataset, ``gg.mesh`` of size 1 is ``None`` and
+``gg.tensor_parallel`` and ``gg.pipeline`` run the whole model, so a cell can be tried locally first.
 """
 
 from __future__ import annotations
@@ -17,8 +26,13 @@ import contextlib
 import logging
 import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .parallel import Pipeline
+    from .shard_loader import ShardLoader
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +41,8 @@ _CHECKPOINT_NAME = re.compile(r"^step-(\d+)\.pt$")
 
 
 class Helpers:
-    """The ``gg`` object: DDP/FSDP wrapping, sharded loading, activation checkpointing, checkpoints, AMP."""
+    """The ``gg`` object: DDP/FSDP, meshes, tensor and pipeline parallelism, sharded loading,
+    activation checkpointing, checkpoints, AMP."""
 
     def __init__(
         self,
@@ -44,6 +59,8 @@ class Helpers:
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank
+        # ranks on this host: torchrun's LOCAL_WORLD_SIZE, which every rank of a job has
+        self.local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) if world_size > 1 else 1
         self.device = device if device is not None else torch.device("cpu")
         self.amp = amp
         # fp16 needs loss scaling; with bf16 or no AMP the scaler is disabled and passes values through
@@ -88,27 +105,161 @@ class Helpers:
             ddp_options.setdefault("device_ids", [self.device.index])
         return DistributedDataParallel(model, **ddp_options)
 
-    def fsdp(self, model: Any, shard: tuple[type, ...] | None = None, **fsdp_options: Any) -> Any:
-        """Fully sharded data parallel (``torch.distributed.fsdp.fully_shard``) over every rank.
+    def fsdp(self, model: Any, shard: tuple[type, ...] | None = None, mesh: Any = None, **fsdp_options: Any) -> Any:
+        """Fully sharded data parallel (``torch.distributed.fsdp.fully_shard``) over every rank, or ``mesh``.
 
         Parameters, gradients and optimizer state are split across ranks. Submodules of the types in
         ``shard`` (e.g. your transformer block class) become their own units; by default each
-        direct child with parameters does, then the whole model.
+        direct child with parameters does (each module of a ``ModuleList`` or ``ModuleDict``
+        child, which has no forward of its own), then the whole model. For 2-D parallelism pass the data
+        dimension of the mesh a tensor-parallel model was split over: ``gg.fsdp(model,
+        mesh=mesh["dp"])``. Build the model the same way on every rank (same seed): each rank keeps
+        its part of its own copy.
         """
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
         model = model.to(self.device)
         if not _distributed():
             return model
-        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        if mesh is None:
+            mesh = self._mesh(("dp",), (self.world_size,))
         if shard:
             units = [m for m in model.modules() if isinstance(m, shard) and m is not model]
         else:
-            units = [m for m in model.children() if any(True for _ in m.parameters())]
+            units = _default_units(model)
         for unit in units:
             fully_shard(unit, mesh=mesh, **fsdp_options)  # type: ignore[call-overload]
         return fully_shard(model, mesh=mesh, **fsdp_options)
+
+    # -- model parallelism -------------------------------------------------------------------------
+    def mesh(self, *, pp: int | None = None, dp: int | None = None, tp: int | None = None) -> Any:
+        """A ``DeviceMesh`` over every rank of the job, dimensions ``pp``, ``dp``, ``tp`` (those given).
+
+        The sizes multiply to the world size (one may be ``-1``, the rest). Dimensions run slowest to
+        fastest, so a ``tp`` group is neighbouring ranks, on one host when its rank count divides by
+        ``tp`` (a warning says when it does not). ``mesh["dp"]``, ``mesh["tp"]`` are its 1-D parts.
+        The same mesh asked for again, in this cell or a later one, is the same object.
+
+        >>> mesh = gg.mesh(dp=2, tp=2)      # on 4 ranks  # doctest: +SKIP
+        >>> mesh["tp"].get_local_rank()     # doctest: +SKIP
+        1
+        """
+        from .parallel import plan_mesh, warn_if_tp_crosses_hosts
+
+        names, shape = plan_mesh(self.world_size, pp=pp, dp=dp, tp=tp)
+        if not _distributed():
+            return None  # one process: nothing to split over
+        warn_if_tp_crosses_hosts(self.rank, self.local_rank, self.local_world_size, names, shape)
+        return self._mesh(names, shape)
+
+    def _mesh(self, names: tuple[str, ...], shape: tuple[int, ...]) -> Any:
+        from .parallel import build_mesh
+
+        return build_mesh(self.device.type, names, shape)
+
+    def tensor_parallel(self, model: Any, plan: Mapping[str, Any], mesh: Any = None) -> Any:
+        """Split ``model``'s layers across ranks as ``plan`` says (``parallelize_module``), in place.
+
+        ``plan`` maps module paths (``*`` matches any child name) to ``ColwiseParallel()``,
+        ``RowwiseParallel()``, ``SequenceParallel()`` and the like; ``gg.mlp_plan`` and
+        ``gg.attention_plan`` give ready ones, which combine with ``|``. ``mesh`` is a 1-D mesh or one
+        with a ``tp`` dimension (``gg.mesh(dp=2, tp=2)``); by default every rank is one tensor-parallel
+        group. A path the model lacks is a ``ValueError`` naming the modules it has.
+
+        >>> plan = gg.attention_plan(prefix="blocks.*.attn") | gg.mlp_plan("fc1", "fc2", prefix="blocks.*.mlp")  # doctest: +SKIP
+        >>> model = gg.tensor_parallel(model, plan, mesh=gg.mesh(dp=2, tp=2))  # doctest: +SKIP
+        """
+        from .parallel import apply_tensor_parallel, check_plan
+
+        model = model.to(self.device)
+        if mesh is None:
+            if not _distributed():
+                check_plan(model, plan)
+                return model
+            mesh = self._mesh(("tp",), (self.world_size,))
+        return apply_tensor_parallel(model, plan, mesh)
+
+    @staticmethod
+    def mlp_plan(
+        up: str | Sequence[str] = "up_proj",
+        down: str = "down_proj",
+        *,
+        prefix: str = "",
+        sequence_parallel: bool = False,
+    ) -> dict[str, Any]:
+        """A ready tensor-parallel plan for an MLP (:func:`gpugeek_jupyter.jobs.parallel.mlp_plan`)."""
+        from .parallel import mlp_plan
+
+        return mlp_plan(up, down, prefix=prefix, sequence_parallel=sequence_parallel)
+
+    @staticmethod
+    def attention_plan(
+        q: str = "q_proj",
+        k: str = "k_proj",
+        v: str = "v_proj",
+        out: str = "o_proj",
+        *,
+        prefix: str = "",
+        sequence_parallel: bool = False,
+    ) -> dict[str, Any]:
+        """A ready tensor-parallel plan for attention (:func:`gpugeek_jupyter.jobs.parallel.attention_plan`)."""
+        from .parallel import attention_plan
+
+        return attention_plan(q, k, v, out, prefix=prefix, sequence_parallel=sequence_parallel)
+
+    @staticmethod
+    def norm_plan(*names: str) -> dict[str, Any]:
+        """``SequenceParallel`` for these norms (:func:`gpugeek_jupyter.jobs.parallel.norm_plan`)."""
+        from .parallel import norm_plan
+
+        return norm_plan(*names)
+
+    def pipeline(
+        self,
+        model: Any,
+        split_points: Sequence[str],
+        microbatches: int = 4,
+        schedule: str = "1f1b",
+        loss_fn: Callable[..., Any] | None = None,
+        mesh: Any = None,
+        example: Any = None,
+    ) -> Pipeline:
+        """This rank's stage of ``model`` cut before each of ``split_points``, with its schedule
+        (``torch.distributed.pipelining``: ``ScheduleGPipe`` or ``Schedule1F1B``).
+
+        One stage per rank of ``mesh`` (a 1-D mesh, e.g. ``gg.mesh(pp=2, dp=2)["pp"]``; by default
+        every rank). An ``nn.Sequential`` is cut between its children (``split_points=["2"]``); another
+        model is traced (``torch.distributed.pipelining.pipeline``), which needs ``example``, a batch
+        of its input. ``pipe.step(x, target=y)`` returns the loss on the last stage and ``None`` on
+        the others, so a cell ending with it returns the loss from the last stage's rank.
+
+        >>> pipe = gg.pipeline(model, split_points=["2"], microbatches=4, loss_fn=F.mse_loss)  # doctest: +SKIP
+        >>> opt = torch.optim.SGD(pipe.parameters(), lr=0.1)   # this stage's parameters  # doctest: +SKIP
+        >>> loss = pipe.step(x, target=y); opt.step(); opt.zero_grad()  # doctest: +SKIP
+        """
+        from .parallel import Pipeline, _check_pipeline_arguments, build_pipeline
+
+        examples = None if example is None else (example if isinstance(example, tuple) else (example,))
+        if not _distributed():
+            _check_pipeline_arguments(model, split_points, microbatches, schedule, examples)
+            return Pipeline(model.to(self.device), microbatches=microbatches, loss_fn=loss_fn)
+        group = None
+        if mesh is not None:
+            if mesh.ndim != 1:
+                raise ValueError(
+                    f"gg.pipeline needs a 1-D mesh, got one with dimensions {mesh.mesh_dim_names!r} (e.g. mesh=mesh['pp'])"
+                )
+            group = mesh.get_group()
+        return build_pipeline(
+            model,
+            split_points,
+            microbatches=microbatches,
+            schedule=schedule,
+            loss_fn=loss_fn,
+            device=self.device,
+            group=group,
+            example=examples,
+        )
 
     def grad_checkpoint(self, module: Any) -> Any:
         """Recompute ``module``'s activations in the backward pass instead of storing them (in place)."""
@@ -131,23 +282,37 @@ class Helpers:
         seed: int = 0,
         drop_last: bool = False,
         epoch: int = 0,
+        mesh: Any = None,
         **loader_options: Any,
-    ) -> Any:
-        """A ``DataLoader`` over this rank's shard only (``DistributedSampler``).
+    ) -> ShardLoader:
+        """A ``DataLoader`` over this rank's shard only (a ``DistributedSampler``).
 
-        ``dataset`` is a torch ``Dataset`` or a tuple of tensors (``(x, y)``). Pass ``epoch`` to
-        reshuffle differently each epoch, the same way on every rank.
+        ``dataset`` is a torch ``Dataset`` or a tuple of tensors (``(x, y)``). Pass ``epoch`` (or call
+        ``loader.set_epoch(e)``) to reshuffle differently each epoch, the same way on every rank.
+        ``loader.state_dict()`` is the epoch and how far all ranks have read; ``load_state_dict``
+        resumes it there, at any world size.
+
+        With tensor parallelism the ranks of a ``tp`` group must see the same batch: pass the mesh
+        (``mesh=mesh``, or ``mesh["dp"]``) and the dataset is split over its ``dp`` dimension only.
         """
-        import torch
-        from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+        from .shard_loader import ShardLoader
 
-        if isinstance(dataset, tuple | list) and dataset and all(isinstance(t, torch.Tensor) for t in dataset):
-            dataset = TensorDataset(*dataset)
-        sampler: DistributedSampler[Any] = DistributedSampler(
-            dataset, num_replicas=self.world_size, rank=self.rank, shuffle=shuffle, seed=seed, drop_last=drop_last
+        replicas, index = self.world_size, self.rank
+        if mesh is not None:
+            from .parallel import data_coordinates
+
+            replicas, index = data_coordinates(mesh)
+        return ShardLoader(
+            dataset,
+            batch_size=batch_size,
+            num_replicas=replicas,
+            rank=index,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            epoch=epoch,
+            **loader_options,
         )
-        sampler.set_epoch(epoch)
-        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **loader_options)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def checkpoint(
@@ -245,6 +410,21 @@ def _distributed() -> bool:
     import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized()
+
+
+def _default_units(model: Any) -> list[Any]:
+    """FSDP units: the children with parameters, looking into containers that have no forward."""
+    import torch
+
+    units = []
+    for child in model.children():
+        if not any(True for _ in child.parameters()):
+            continue
+        if isinstance(child, torch.nn.ModuleList | torch.nn.ModuleDict):
+            units.extend(_default_units(child))
+        else:
+            units.append(child)
+    return units
 
 
 def _agree(value: Any) -> Any:
