@@ -27,10 +27,18 @@ Every rank of a job, cell or script, runs with exactly the variables that
 ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` the worker's value, else ``1``
 ``OMP_NUM_THREADS``            the worker's value; else ``1`` when several ranks share a host
 =============================  ===============================================================
+
+On a pool whose ranks all run on one host, the sockets of gloo, NCCL's bootstrap and tensorpipe stay
+on the loopback interface (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``, ``TP_SOCKET_IFNAME`` =
+``lo``; the worker's own values, or a job's ``--env``, win), as the rendezvous store does (it
+listens on ``MASTER_ADDR`` only, see :func:`~.rank.prepare_generation`): nothing of a job's traffic
+is offered to the host's other networks. Across hosts they are left to torch, which picks the
+interface of the host's name (set them with ``--env`` to name one).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
 from .layout import RankSlot
@@ -61,6 +69,13 @@ TORCHRUN_VARIABLES = (
     "OMP_NUM_THREADS",
 )
 
+# The interface variables torch's transports read, set to loopback when every rank is on one host.
+SOCKET_INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+LOOPBACK_INTERFACE = "lo0" if sys.platform == "darwin" else "lo"
+
+# Every variable build_worker_env may set: torchrun's, then those that keep a one-host job on loopback.
+RANK_VARIABLES = TORCHRUN_VARIABLES + SOCKET_INTERFACE_VARIABLES
+
 
 def build_worker_env(
     slot: RankSlot,
@@ -72,8 +87,12 @@ def build_worker_env(
     max_restarts: int = 0,
     error_file: str = "",
     parent_env: Mapping[str, str] | None = None,
+    loopback_interface: str = LOOPBACK_INTERFACE,
 ) -> dict[str, str]:
     """The torchrun variables of the rank in ``slot``; ``parent_env`` is the worker's own environment.
+
+    With every rank on one host, also the socket-interface variables of gloo, NCCL and tensorpipe
+    (:data:`SOCKET_INTERFACE_VARIABLES`) as ``loopback_interface``, unless the worker has its own.
 
     Pure: the same arguments give the same dict, and nothing is read from the process.
 
@@ -111,6 +130,8 @@ def build_worker_env(
         env["OMP_NUM_THREADS"] = parent["OMP_NUM_THREADS"]
     elif slot.local_world_size > 1:
         env["OMP_NUM_THREADS"] = "1"
+    if slot.group_world_size == 1:  # one host: no job socket needs more than loopback
+        env.update({name: loopback_interface for name in SOCKET_INTERFACE_VARIABLES if name not in parent})
     return env
 
 

@@ -44,7 +44,7 @@ from typing import Any
 from . import capture, children
 from .capture import Forwarder
 from .diagnose import describe_stack, format_user_traceback, is_peer_failure, one_line
-from .env import TORCHRUN_VARIABLES, build_worker_env, compile_cache_env, error_file_path
+from .env import RANK_VARIABLES, build_worker_env, compile_cache_env, error_file_path
 from .layout import RankSlot
 from .payload import OUTPUT_TOPIC, CellCode, RankJob, RankOutcome, ScriptCode
 
@@ -130,11 +130,36 @@ def prepare_generation(generation: str, slots: dict[str, RankSlot], dask_worker:
     slot = slots[dask_worker.address]
     _runtime.generation, _runtime.slot, _runtime.store = generation, slot, None
     if slot.rank == 0:
-        from torch.distributed import TCPStore
-
-        _runtime.store = TCPStore(slot.host, 0, slot.world_size, is_master=True, wait_for_workers=False)
+        _runtime.store = _rendezvous_store(slot)
         facts["port"] = int(_runtime.store.port)
     return facts
+
+
+def _rendezvous_store(slot: RankSlot) -> Any:
+    """torchrun's agent store for a new process group, listening on ``MASTER_ADDR`` (rank 0's host)
+    only, on a port the OS picks. (``TCPStore`` by itself listens on every interface; it is given a
+    socket bound to that address instead.) Where the address cannot be bound: every interface."""
+    import socket
+
+    from torch.distributed import TCPStore
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(slot.host, 0, type=socket.SOCK_STREAM)[0]
+        listener = socket.socket(family, kind, proto)
+        try:
+            listener.bind(address)
+            listener.listen(socket.SOMAXCONN)
+        except BaseException:
+            listener.close()
+            raise
+    except OSError as e:
+        log.info("rendezvous store: cannot listen on %s only (%s); listening on every interface", slot.host, e)
+        return TCPStore(slot.host, 0, slot.world_size, is_master=True, wait_for_workers=False)
+    port = listener.getsockname()[1]
+    store = TCPStore(
+        slot.host, port, slot.world_size, is_master=True, wait_for_workers=False, master_listen_fd=listener.detach()
+    )
+    return store
 
 
 async def run_rank(job_blob: bytes, dask_worker: Any = None) -> RankOutcome:
@@ -418,7 +443,7 @@ def _apply_environment(env: dict[str, str]) -> None:
     They stay there until the next job, as a torchrun rank keeps them for its life; the worker's own
     environment, as it was before any job, is kept apart as the parent environment.
     """
-    for key in TORCHRUN_VARIABLES + ("CUDA_VISIBLE_DEVICES",):
+    for key in RANK_VARIABLES + ("CUDA_VISIBLE_DEVICES",):
         value = env.get(key)
         if value is None:
             if key in os.environ and key not in _runtime.parent_env:
