@@ -12,6 +12,7 @@ Model parallelism (:mod:`gpugeek_jupyter.jobs.parallel`), with torch's own build
 >>> mesh = gg.mesh(dp=2, tp=2)                            # 4 ranks; tp groups within a host  # doctest: +SKIP
 >>> model = gg.tensor_parallel(model, gg.mlp_plan("fc1", "fc2", prefix="blocks.*.mlp"), mesh=mesh)  # doctest: +SKIP
 >>> model = gg.fsdp(model, mesh=mesh["dp"])               # 2-D: FSDP over dp, TP over tp  # doctest: +SKIP
+>>> ckpt = gg.checkpoint("ckpts", model=model, optimizer=opt, sharded=True)  # resumes at any size  # doctest: +SKIP
 >>> pipe = gg.pipeline(nn.Sequential(...), split_points=["2"], microbatches=4, loss_fn=F.mse_loss)  # doctest: +SKIP
 >>> pipe.step(x, target=y)                                # the loss on the last stage, None elsewhere  # doctest: +SKIP
 
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .parallel import Pipeline
     from .shard_loader import ShardLoader
+    from .sharded_checkpoint import ShardedCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ _CHECKPOINT_NAME = re.compile(r"^step-(\d+)\.pt$")
 
 class Helpers:
     """The ``gg`` object: DDP/FSDP, meshes, tensor and pipeline parallelism, sharded loading,
-    activation checkpointing, checkpoints, AMP."""
+    activation checkpointing, checkpoints (rank 0's or sharded), AMP."""
 
     def __init__(
         self,
@@ -289,8 +291,8 @@ class Helpers:
 
         ``dataset`` is a torch ``Dataset`` or a tuple of tensors (``(x, y)``). Pass ``epoch`` (or call
         ``loader.set_epoch(e)``) to reshuffle differently each epoch, the same way on every rank.
-        ``loader.state_dict()`` is the epoch and how far all ranks have read; ``load_state_dict``
-        resumes it there, at any world size.
+        ``loader.state_dict()`` is the epoch and how far all ranks have read; ``gg.checkpoint(...,
+        loader=loader)`` resumes it there, at any world size.
 
         With tensor parallelism the ranks of a ``tp`` group must see the same batch: pass the mesh
         (``mesh=mesh``, or ``mesh["dp"]``) and the dataset is split over its ``dp`` dimension only.
@@ -316,14 +318,45 @@ class Helpers:
 
     # -- checkpoints -------------------------------------------------------------------------------
     def checkpoint(
-        self, directory: str | os.PathLike[str], model: Any = None, optimizer: Any = None, keep: int = 3
-    ) -> Checkpoint:
+        self,
+        directory: str | os.PathLike[str],
+        model: Any = None,
+        optimizer: Any = None,
+        keep: int = 3,
+        *,
+        sharded: bool = False,
+        asynchronous: bool = False,
+        loader: Any = None,
+    ) -> Checkpoint | ShardedCheckpoint:
         """Checkpoints of ``model``/``optimizer``/step in ``directory``, resumed from the newest now.
 
         Every rank must call it (and ``save``) at the same point; the directory must be visible to
-        every rank (one machine, or a shared filesystem).
+        every rank (one machine, or a shared filesystem). By default rank 0 writes one file
+        (``step-<n>.pt``; an FSDP model is gathered to it). ``sharded=True`` writes each rank's own
+        shards with ``torch.distributed.checkpoint`` (``step-<n>/``), which load at another world
+        size or mesh; ``asynchronous=True`` (sharded only) writes them in the background while
+        training goes on. ``loader`` (from ``gg.shard``) resumes its epoch and position too.
         """
-        ckpt = Checkpoint(directory, model=model, optimizer=optimizer, keep=keep, rank=self.rank)
+        if asynchronous and not sharded:
+            raise ValueError(
+                "asynchronous=True needs sharded=True: the rank-0 checkpoint is written in place "
+                "(e.g. gg.checkpoint(directory, model=model, sharded=True, asynchronous=True))"
+            )
+        ckpt: Checkpoint | ShardedCheckpoint
+        if sharded:
+            from .sharded_checkpoint import ShardedCheckpoint
+
+            ckpt = ShardedCheckpoint(
+                directory,
+                model=model,
+                optimizer=optimizer,
+                keep=keep,
+                rank=self.rank,
+                asynchronous=asynchronous,
+                loader=loader,
+            )
+        else:
+            ckpt = Checkpoint(directory, model=model, optimizer=optimizer, keep=keep, rank=self.rank, loader=loader)
         ckpt.load()
         return ckpt
 
@@ -336,7 +369,13 @@ class Checkpoint:
     """
 
     def __init__(
-        self, directory: str | os.PathLike[str], model: Any = None, optimizer: Any = None, keep: int = 3, rank: int = 0
+        self,
+        directory: str | os.PathLike[str],
+        model: Any = None,
+        optimizer: Any = None,
+        keep: int = 3,
+        rank: int = 0,
+        loader: Any = None,
     ) -> None:
         if keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep} (e.g. keep=3)")
@@ -345,6 +384,7 @@ class Checkpoint:
         self.optimizer = optimizer
         self.keep = keep
         self.rank = rank
+        self.loader = loader
         self.step = 0
         self.extra: dict[str, Any] = {}
         self.path: Path | None = None  # the file loaded or saved last
@@ -372,6 +412,8 @@ class Checkpoint:
         _load_states(self.model, self.optimizer, state)
         self.step = int(state.get("step", 0))
         self.extra = dict(state.get("extra", {}))
+        if self.loader is not None and state.get("loader") is not None:
+            self.loader.load_state_dict(state["loader"])
         self.path = path
         log.info("resumed from %s (step %d)", path, self.step)
         return self.step
@@ -382,6 +424,8 @@ class Checkpoint:
 
         state = _collect_states(self.model, self.optimizer)
         state.update(step=int(step), extra=extra)
+        if self.loader is not None:
+            state["loader"] = self.loader.state_dict()
         final = self.directory / f"step-{int(step):09d}.pt"
         if self.rank == 0:
             self.directory.mkdir(parents=True, exist_ok=True)
