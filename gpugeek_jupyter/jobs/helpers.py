@@ -443,6 +443,10 @@ class Checkpoint:
         self.step, self.extra, self.path = int(step), extra, final
         return final
 
+    def wait(self) -> Path | None:
+        """Nothing to wait for: ``save`` writes in place (as the sharded checkpoint's ``wait``, so code can switch)."""
+        return None
+
     def _prune(self) -> None:
         found = sorted((int(m.group(1)), p) for p in self.directory.iterdir() if (m := _CHECKPOINT_NAME.match(p.name)))
         for _, old in found[: -self.keep]:

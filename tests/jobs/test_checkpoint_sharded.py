@@ -247,7 +247,9 @@ def test_a_rank0_checkpoint_resumes_the_loader_position_too(tmp_path: Path) -> N
     loader = gg.shard(torch.arange(20), batch_size=4, shuffle=False)
     batches = iter(loader)
     next(batches), next(batches)
-    gg.checkpoint(tmp_path, model=_model(), loader=loader).save(2)
+    ckpt = gg.checkpoint(tmp_path, model=_model(), loader=loader)
+    ckpt.save(2)
+    assert ckpt.wait() is None  # written in place: code that switches sharded= on and off runs the same
     fresh = gg.shard(torch.arange(20), batch_size=4, shuffle=False)
     assert gg.checkpoint(tmp_path, model=_model(), loader=fresh).step == 2
     assert [b.tolist() for (b,) in fresh] == [[8, 9, 10, 11], [12, 13, 14, 15], [16, 17, 18, 19]]

@@ -11,6 +11,7 @@ from gpugeek_jupyter.jobs.helpers import Helpers
 from gpugeek_jupyter.jobs.parallel import (
     attention_plan,
     check_plan,
+    data_coordinates,
     mlp_plan,
     norm_plan,
     plan_mesh,
@@ -80,6 +81,32 @@ def test_tp_groups_of_neighbouring_ranks_stay_within_hosts_whose_rank_count_tp_d
 def test_a_tp_group_across_hosts_is_a_warning_naming_a_size_that_fits() -> None:
     with pytest.warns(RuntimeWarning, match=r"tp=2 does not divide this host's 3 ranks: rank 2's .* \(e\.g\. tp=1\)"):
         warn_if_tp_crosses_hosts(2, 2, 3, ("dp", "tp"), (3, 2))
+
+
+class _Mesh:
+    """What data_coordinates reads of a DeviceMesh: names, sizes, this rank's coordinates (rank 3 of 2 x 2)."""
+
+    def __init__(self, names: tuple[str, ...], sizes: tuple[int, ...], coordinates: tuple[int, ...]) -> None:
+        self.mesh_dim_names, self.sizes, self.coordinates, self.ndim = names or None, sizes, coordinates, len(sizes)
+
+    def __getitem__(self, name: str) -> _Mesh:
+        i = (self.mesh_dim_names or ()).index(name)
+        return _Mesh((name,), (self.sizes[i],), (self.coordinates[i],))
+
+    def size(self) -> int:
+        return self.sizes[0]
+
+    def get_local_rank(self) -> int:
+        return self.coordinates[0]
+
+
+def test_the_data_is_split_over_the_dp_dimension_only() -> None:
+    assert data_coordinates(_Mesh(("dp", "tp"), (2, 2), (1, 1))) == (2, 1)  # the tp pair reads the same half
+    assert data_coordinates(_Mesh(("dp",), (4,), (3,))) == (4, 3)
+    assert data_coordinates(_Mesh(("tp",), (2,), (1,))) == (1, 0)  # no dp: every rank reads every batch
+    assert data_coordinates(_Mesh((), (4,), (2,))) == (4, 2)  # an unnamed 1-D mesh: data parallel
+    with pytest.raises(ValueError, match=r"^a mesh of 2 unnamed dimensions has no 'dp' dimension"):
+        data_coordinates(_Mesh((), (2, 2), (0, 1)))
 
 
 def test_ready_plans_split_up_projections_by_columns_and_down_projections_by_rows() -> None:
