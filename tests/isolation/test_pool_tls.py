@@ -197,3 +197,32 @@ def test_a_pool_without_tls_is_plain_tcp_when_configured(
         assert not credentials_root(get_registry()).exists()
     finally:
         pool.stop()
+
+
+def test_attaching_to_a_tls_address_without_tls_settings_names_what_is_missing(
+    registry_in_the_open: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpugeek_jupyter
+    from gpugeek_jupyter.errors import BackendUnavailableError
+
+    for variable in [v for v in os.environ if v.startswith("DASK_DISTRIBUTED__COMM__TLS")]:
+        monkeypatch.delenv(variable)
+    with pytest.raises(BackendUnavailableError) as raised:
+        gpugeek_jupyter.launch(backend="address", address="tls://127.0.0.1:1", count=1, name="theirs")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "distributed.comm.tls.ca-file, distributed.comm.tls.client.cert are not set" in message, message
+
+
+def test_a_tls_pool_is_attached_by_address_with_the_users_own_dask_tls_settings(
+    tls_pool: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpugeek_jupyter
+    from support.tls import client_tls_config
+
+    with client_tls_config(tls_pool.security):
+        attached = gpugeek_jupyter.launch(backend="address", address=tls_pool.scheduler_address, count=2, name="mine")
+        try:
+            assert sorted(attached.client.run(os.getpid)) == sorted(tls_pool.client.run(os.getpid))
+        finally:
+            attached.stop()
