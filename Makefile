@@ -6,7 +6,7 @@ TORCH_PIN ?= torch==2.13.0
 LAB_PORT ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab demo check docs labextension-build dist wheel-smoke test fuzz browser bench clean
+.PHONY: setup lab demo check docs labextension-build dist wheel-smoke test fuzz browser slurm bench clean
 
 # A virtual environment with torch pinned to the CPU wheel this machine installs, and the package
 # (its labextension is built by hatch-jupyter-builder during the install) with test extras.
@@ -30,6 +30,10 @@ demo: setup
 # Debian's chromium for the side-panel browser tests (never a downloaded browser).
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# Debian's Slurm and munge for the slurm backend's tests (tests/slurm starts a one-host Slurm from them).
+slurm:
+	@command -v slurmctld >/dev/null && command -v munged >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; }
 
 # Static checks first (seconds), then the tests: lint and types of both halves, the layers contract.
 check: setup
@@ -68,7 +72,7 @@ dist: setup labextension-build
 wheel-smoke: dist
 	GPUGEEK_WHEEL="$$(ls dist/gpugeek_jupyter-*.whl)" TORCH_PIN="$(TORCH_PIN)" $(PY) -m pytest -q -p no:cacheprovider tests/packaging
 
-test: setup browser check docs dist
+test: setup browser slurm check docs dist
 	cd labextension && ../$(VENV)/bin/jlpm test
 	GPUGEEK_WHEEL="$$(ls dist/gpugeek_jupyter-*.whl)" TORCH_PIN="$(TORCH_PIN)" $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
