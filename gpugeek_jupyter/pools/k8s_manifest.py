@@ -26,6 +26,7 @@ YAML, with the options read from this process's settings; it touches no cluster.
 
 from __future__ import annotations
 
+import base64
 import getpass
 import os
 import re
@@ -59,6 +60,13 @@ PRICING_LABEL = f"{LABEL_PREFIX}/pricing"
 PRICE_ANNOTATION = f"{LABEL_PREFIX}/usd-per-gpu-hour"
 
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+
+# TLS with the pool's own credentials (see pools/credentials.py): a Secret '<pool>-tls' holding
+# ca.pem, cert.pem and key.pem, mounted read-only (0400) into the scheduler and every worker.
+TLS_MOUNT_PATH = "/etc/gpugeek/tls"
+TLS_VOLUME = "gpugeek-tls"
+TLS_FILES = ("ca.pem", "cert.pem", "key.pem")
+TLS_FILE_MODE = 0o400
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,7 @@ class KubernetesOptions:
     worker_memory_gib: int | None = None
     idle_timeout_minutes: float = 0.0  # used when the spec has none; 0 = never
     install_dask: bool = True  # pip-install distributed at worker start when the image lacks it
+    tls: bool = False  # scheduler and workers require the pool's certificates (Secret <pool>-tls)
 
 
 def build_manifests(spec: PoolSpec, catalog: Catalog, options: KubernetesOptions) -> list[dict[str, Any]]:
@@ -159,7 +168,7 @@ def build_manifests(spec: PoolSpec, catalog: Catalog, options: KubernetesOptions
                 "labels": {**common, PRICING_LABEL: pricing.replace("_", "-")},
                 "annotations": {PRICE_ANNOTATION: f"{price:g}"},
             },
-            "spec": _worker_pod_spec(gpu, image, options, spot),
+            "spec": _worker_pod_spec(gpu, image, options, spot, spec),
         }
 
     cluster = {
@@ -187,6 +196,69 @@ def build_manifests(spec: PoolSpec, catalog: Catalog, options: KubernetesOptions
             }
         )
     return manifests
+
+
+def tls_secret_name(pool: str) -> str:
+    """The Secret that holds a pool's TLS credentials: ``<pool>-tls``."""
+    return f"{pool}-tls"
+
+
+def scheduler_tls_address(spec: PoolSpec) -> str:
+    """The ``tls://`` address of the pool's scheduler Service, as workers in the cluster reach it (the
+    operator gives them ``DASK_SCHEDULER_ADDRESS`` as ``tcp://``; a worker's own value wins)."""
+    return f"tls://{spec.name}-scheduler.{spec.namespace}.svc.cluster.local:8786"
+
+
+def build_tls_secret(spec: PoolSpec, files: dict[str, bytes], user: str = "unknown") -> dict[str, Any]:
+    """The ``<pool>-tls`` Secret, from the contents of ``ca.pem``, ``cert.pem`` and ``key.pem``.
+
+    Kept apart from :func:`build_manifests` on purpose: ``--dry-run`` prints those, and must never
+    print a key. Created before the ``DaskCluster``, deleted with it.
+    """
+    missing = [name for name in TLS_FILES if name not in files]
+    if missing:
+        raise ValueError(f"the TLS Secret needs {', '.join(TLS_FILES)}; missing {', '.join(missing)}")
+    labels = {
+        **MANAGED_BY,
+        POOL_LABEL: label_value(spec.name),
+        TEAM_LABEL: label_value(spec.namespace or ""),
+        USER_LABEL: label_value(user),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": tls_secret_name(spec.name), "namespace": spec.namespace, "labels": labels},
+        "type": "Opaque",
+        "data": {name: base64.b64encode(files[name]).decode("ascii") for name in TLS_FILES},
+    }
+
+
+def _tls_volume(spec: PoolSpec) -> dict[str, Any]:
+    return {
+        "name": TLS_VOLUME,
+        "secret": {"secretName": tls_secret_name(spec.name), "defaultMode": TLS_FILE_MODE},
+    }
+
+
+def _tls_mount() -> dict[str, Any]:
+    return {"name": TLS_VOLUME, "mountPath": TLS_MOUNT_PATH, "readOnly": True}
+
+
+def _tls_arguments() -> list[str]:
+    """``dask scheduler`` / ``dask worker`` options that require the pool's certificates."""
+    return [
+        "--protocol",
+        "tls",
+        "--tls-ca-file",
+        f"{TLS_MOUNT_PATH}/ca.pem",
+        "--tls-cert",
+        f"{TLS_MOUNT_PATH}/cert.pem",
+        "--tls-key",
+        f"{TLS_MOUNT_PATH}/key.pem",
+    ]
+
+
+TLS_REQUIRED_ENV = {"name": "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION", "value": "True"}
 
 
 def label_value(text: str) -> str:
@@ -235,7 +307,9 @@ def _worker_resources(gpu: GpuType, options: KubernetesOptions) -> tuple[str, in
     return options.worker_cpu or cpu, options.worker_memory_gib or memory
 
 
-def _worker_pod_spec(gpu: GpuType, image: str, options: KubernetesOptions, spot: bool) -> dict[str, Any]:
+def _worker_pod_spec(
+    gpu: GpuType, image: str, options: KubernetesOptions, spot: bool, spec: PoolSpec
+) -> dict[str, Any]:
     cpu, memory_gib = _worker_resources(gpu, options)
     shm_gib = max(1, memory_gib // 2)  # counted against the memory limit: NCCL and DataLoader workers use it
     resources: dict[str, Any] = {
@@ -263,6 +337,10 @@ def _worker_pod_spec(gpu: GpuType, image: str, options: KubernetesOptions, spot:
     ]
     if not gpu.is_cpu:
         worker_args += ["--resources", "GPU=1"]
+    env = [{"name": "NCCL_DEBUG", "value": "WARN"}]
+    if options.tls:
+        worker_args += _tls_arguments()
+        env += [TLS_REQUIRED_ENV, {"name": "DASK_SCHEDULER_ADDRESS", "value": scheduler_tls_address(spec)}]
     container_args: dict[str, Any]
     if options.install_dask:
         # Framework images ship torch, not dask: install the client's version when it is missing.
@@ -281,7 +359,7 @@ def _worker_pod_spec(gpu: GpuType, image: str, options: KubernetesOptions, spot:
                 "name": "worker",
                 "image": image,
                 **container_args,
-                "env": [{"name": "NCCL_DEBUG", "value": "WARN"}],
+                "env": env,
                 "resources": resources,
                 "ports": [{"name": "http-dashboard", "containerPort": 8788, "protocol": "TCP"}],
                 "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
@@ -290,6 +368,9 @@ def _worker_pod_spec(gpu: GpuType, image: str, options: KubernetesOptions, spot:
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib}Gi"}}],
         "terminationGracePeriodSeconds": 30,
     }
+    if options.tls:
+        pod["containers"][0]["volumeMounts"].append(_tls_mount())
+        pod["volumes"].append(_tls_volume(spec))
     if spot:
         node_selector.update(options.spot.node_selector)
         tolerations.extend(dict(t) for t in options.spot.tolerations)
@@ -331,6 +412,12 @@ def _scheduler(spec: PoolSpec, options: KubernetesOptions, labels: dict[str, str
             }
         ],
     }
+    if options.tls:
+        container = pod["containers"][0]
+        container["args"] = [*container["args"], *_tls_arguments()]
+        container["env"] = [TLS_REQUIRED_ENV]
+        container["volumeMounts"] = [_tls_mount()]
+        pod["volumes"] = [_tls_volume(spec)]
     affinity = options.spot.avoid_affinity()  # a preempted scheduler takes the whole pool with it
     if affinity:
         pod["affinity"] = affinity
