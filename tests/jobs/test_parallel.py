@@ -364,6 +364,29 @@ def test_the_cell_value_of_a_pipeline_step_is_the_loss_on_the_last_stage_and_non
     torch.testing.assert_close(last.item(), _unsplit_losses(namespace)[0], **LOSS_TOLERANCE)
 
 
+def test_a_pipeline_over_the_pp_dimension_of_a_mesh_runs_one_pipeline_per_dp_replica(pool4: Any) -> None:
+    namespace = _pipeline_notebook()
+    cell = (
+        "mesh = gg.mesh(pp=2, dp=2)\n"
+        "pipe = gg.pipeline(make_model(), split_points=['2'], microbatches=2, mesh=mesh['pp'],\n"
+        "                   loss_fn=torch.nn.functional.mse_loss)\n"
+        "x, y = data[0]\n"
+        "loss = pipe.step(x, target=y)\n"
+        "(mesh['pp'].mesh.tolist(), pipe.stage_index, None if loss is None else loss.item())"
+    )
+    result = run_cell(pool4, cell, namespace)
+    assert result.ok, result.report()
+    groups = [group for group, _, _ in result.values]
+    assert groups == [[0, 2], [1, 3], [0, 2], [1, 3]]  # pp is the slow dimension: stages 2 ranks apart
+    assert [stage for _, stage, _ in result.values] == [0, 0, 1, 1]
+    expected = _unsplit_losses(namespace)[0]
+    for _, stage, loss in result.values:
+        if stage == 0:
+            assert loss is None
+        else:
+            torch.testing.assert_close(loss, expected, **LOSS_TOLERANCE)
+
+
 def test_a_traced_pipeline_splits_a_model_that_is_not_sequential(pool: Any) -> None:
     namespace = notebook()
     cell = (
