@@ -553,6 +553,10 @@ def _drop_group(keep_generation: bool = False) -> None:
             dist.destroy_process_group()
         except Exception as e:
             log.warning("could not destroy the process group cleanly: %s", e)
+    if "torch.distributed.tensor" in sys.modules:  # meshes over the old groups must not be found again
+        from .parallel import forget_meshes
+
+        forget_meshes()
 
 
 def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob) -> bytes | None:
