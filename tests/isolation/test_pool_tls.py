@@ -226,3 +226,13 @@ def test_a_tls_pool_is_attached_by_address_with_the_users_own_dask_tls_settings(
             assert sorted(attached.client.run(os.getpid)) == sorted(tls_pool.client.run(os.getpid))
         finally:
             attached.stop()
+
+
+def test_dasks_security_loader_finds_a_pools_credentials_by_its_address(tls_pool: Any) -> None:
+    import dask
+    from distributed import Client
+
+    loader = "gpugeek_jupyter.pools.credentials.security_loader"
+    with dask.config.set({"distributed.client.security-loader": loader}):
+        with Client(tls_pool.scheduler_address, set_as_default=False, timeout=10) as client:
+            assert sorted(client.run(os.getpid)) == sorted(tls_pool.client.run(os.getpid))
