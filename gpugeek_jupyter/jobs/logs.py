@@ -158,7 +158,8 @@ class JobLogs:
         if not on_disk:
             return
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self.directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # logs are the user's output
+            self.directory.mkdir(mode=0o700, exist_ok=True)
             _prune(self.directory.parent, keep=max(1, int(config.job_logs_keep)), current=self.directory)
         except OSError as e:
             self._give_up_disk(e)

@@ -25,6 +25,7 @@ import asyncio
 import builtins
 import contextlib
 import ctypes
+import functools
 import importlib
 import linecache
 import logging
@@ -375,9 +376,7 @@ def _execute(
         run_id=job.job_id,
         restart_count=job.attempt,
         max_restarts=job.max_restarts,
-        error_file=error_file_path(
-            os.path.join(tempfile.gettempdir(), "gpugeek_jobs"), job.job_id, job.attempt, slot.local_rank
-        ),
+        error_file=error_file_path(_private_error_root(), job.job_id, job.attempt, slot.local_rank),
         parent_env=_runtime.parent_env,
     )
     if cuda_visible is not None:
@@ -392,7 +391,10 @@ def _execute(
         os.makedirs(error_dir, exist_ok=True)
     active.filename = job.code.abspath if isinstance(job.code, ScriptCode) else job.code.filename
     _apply_environment(env)
-    os.environ.update(compile_cache_env(job.pool, _runtime.parent_env, os.path.expanduser("~")))
+    compile_cache = compile_cache_env(job.pool, _runtime.parent_env, os.path.expanduser("~"))
+    if compile_cache:  # ours, under the user's cache folder: made private (compiled code of the user's models)
+        _private_dir(os.path.dirname(os.path.dirname(os.path.dirname(compile_cache["TORCHINDUCTOR_CACHE_DIR"]))))
+    os.environ.update(compile_cache)
     restore_job_env = _apply_job_environment(job.env)
     try:
         with capture.captured(forwarder):
@@ -537,6 +539,31 @@ def _ensure_group(job: RankJob, device: Any) -> None:
         kwargs["device_id"] = device
     dist.init_process_group(job.backend, init_method="env://", **kwargs)
     _runtime.group_ready = True
+
+
+def _private_dir(path: str) -> bool:
+    """Make ``path`` a folder of this user's, 0700 (made, or narrowed when it is ours); False when
+    it exists and belongs to someone else (then it is not used)."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.lstat(path)
+        if info.st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
+            return False
+        if info.st_mode & 0o077:
+            os.chmod(path, 0o700)
+        return True
+    except OSError as e:
+        log.info("could not make %s private: %s", path, e)
+        return False
+
+
+@functools.cache
+def _private_error_root() -> str:
+    """Where torch's ``@record`` writes a rank's error (``TORCHELASTIC_ERROR_FILE``): a folder of
+    this user's in the temporary directory, 0700 (tracebacks can hold data), never one another
+    user made there first."""
+    shared = os.path.join(tempfile.gettempdir(), f"gpugeek-jobs-{os.getuid()}")
+    return shared if _private_dir(shared) else tempfile.mkdtemp(prefix="gpugeek-jobs-")
 
 
 def _drop_group(keep_generation: bool = False) -> None:

@@ -1,0 +1,43 @@
+"""What a job writes on the workers' host is the user's own: error files, the compile cache, logs."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _mode(path: str | Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_a_jobs_error_files_and_compile_cache_are_in_folders_only_the_user_can_read(pool: Any, in_tmp: Path) -> None:
+    from gpugeek_jupyter.jobs import run_cell, run_script
+
+    (in_tmp / "fail.py").write_text("raise SystemExit(3)\n")
+    run_script(pool, "fail.py")  # scripts write torch's error files
+    errors = Path(tempfile.gettempdir()) / f"gpugeek-jobs-{os.getuid()}"
+    assert errors.is_dir() and errors.stat().st_uid == os.getuid() and _mode(errors) == 0o700
+    result = run_cell(pool, "import os\nos.environ['TORCHINDUCTOR_CACHE_DIR']", {})
+    cache = Path(result.values[0]).parents[2]  # .../gpugeek-jupyter/compile/<pool>/inductor
+    assert cache.name == "gpugeek-jupyter" and _mode(cache) == 0o700, cache
+
+
+def test_job_logs_are_kept_in_private_folders_also_outside_the_registry_folder(tmp_path: Path) -> None:
+    from gpugeek_jupyter.config import GpugeekConfig, set_config
+    from gpugeek_jupyter.jobs.logs import JobLogs
+
+    set_config(GpugeekConfig(job_logs_dir=str(tmp_path / "logs")))
+    try:
+        logs = JobLogs("job-private")
+        logs.write(0, "secret numbers\n")
+        logs.close()
+        assert _mode(tmp_path / "logs") == 0o700 and _mode(tmp_path / "logs" / "job-private") == 0o700
+    finally:
+        set_config(None)
