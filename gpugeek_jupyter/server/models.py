@@ -19,6 +19,7 @@ from typing import Any
 
 from ..catalog import CPU
 from ..cost import ledger
+from ..dashboards import proxy_available, proxy_path
 from ..errors import NotFoundError
 from ..spec import PoolSpec
 from ..store import JobRecord, PoolRecord, Registry, WorkerInterval
@@ -123,6 +124,8 @@ def make_pool_model(
         "sm_util_history": list(telemetry.sm_util_history),
         "util_kind": telemetry.util_kind,
         "dashboard_link": record.dashboard_link,
+        # behind the user's Jupyter login (jupyter-server-proxy), relative to the server's base URL
+        "dashboard_path": proxy_path(record.dashboard_link) if proxy_available() else None,
         "scheduler_address": record.scheduler_address or "",
         "owner": record.owner,
         "namespace": record.namespace,

@@ -51,7 +51,9 @@ class PoolCard(widgets.VBox):
         self._render()
 
     def set_running(self, dashboard_link: str | None, usd_per_hour: float) -> None:
-        self._dashboard = dashboard_link
+        from ..dashboards import browser_link
+
+        self._dashboard = browser_link(dashboard_link)  # through Jupyter's proxy where it has one
         self._usd_per_hour = usd_per_hour
         self._ready = self._spec.count
         self.set_status("ready")

@@ -44,6 +44,12 @@ export interface IPoolModel {
   /** What the utilisation numbers measure: GPU SM % or, for cpu pools, CPU %. */
   util_kind: 'sm' | 'cpu';
   dashboard_link: string | null;
+  /**
+   * The dashboard through the Jupyter server's proxy (`proxy/<port>/status`, relative to the
+   * server's base URL), behind the user's login; null when the server has no proxy or the
+   * dashboard is on another host.
+   */
+  dashboard_path?: string | null;
   scheduler_address: string;
   /** Who created the pool: "kernel <id>", "server" or "pid N". */
   owner: string;

@@ -33,6 +33,7 @@ import {
   poolKey
 } from './poolsView';
 import { renderEndedRow, renderPoolRow } from './poolView';
+import { PageConfig } from '@jupyterlab/coreutils';
 import { OutageMonitor } from './state';
 
 export const PANEL_ID = 'gpugeek-sidebar';
@@ -456,7 +457,11 @@ export class GpugeekPanel extends Widget {
         stopping: this._stoppingPools.has(pool.name),
         jobs
       },
-      { commands: this._commands, onToggleDetails: name => this._togglePoolDetails(name) }
+      {
+        commands: this._commands,
+        onToggleDetails: name => this._togglePoolDetails(name),
+        baseUrl: PageConfig.getBaseUrl()
+      }
     );
   }
 

@@ -2,6 +2,7 @@
  * The pools' views: a full card for a live pool, a compact row for an ended one.
  */
 
+import { URLExt } from '@jupyterlab/coreutils';
 import { CommandRegistry } from '@lumino/commands';
 
 import { CommandIDs } from './commands';
@@ -36,6 +37,20 @@ export interface IPoolRowState {
 export interface IPoolRowOptions {
   commands: CommandRegistry;
   onToggleDetails: (name: string) => void;
+  /** The Jupyter server's base URL, for links through its proxy. */
+  baseUrl?: string;
+}
+
+/**
+ * Where the Dashboard link points: through the Jupyter server's proxy when the
+ * server offers one (it needs the user's Jupyter login and works behind
+ * JupyterHub), else the dashboard's own address.
+ */
+export function dashboardHref(pool: IPoolModel, baseUrl: string): string | null {
+  if (pool.dashboard_path) {
+    return URLExt.join(baseUrl, pool.dashboard_path);
+  }
+  return pool.dashboard_link;
 }
 
 export function renderPoolRow(
@@ -120,7 +135,11 @@ export function renderPoolRow(
             class: 'gpugeek-dashboard-link',
             text: 'Dashboard',
             title: 'Open the dask dashboard',
-            attrs: { href: pool.dashboard_link, target: '_blank', rel: 'noopener noreferrer' }
+            attrs: {
+              href: dashboardHref(pool, options.baseUrl ?? '/') ?? '',
+              target: '_blank',
+              rel: 'noopener noreferrer'
+            }
           }),
         h('button', {
           class: 'jp-mod-styled gpugeek-use-button',

@@ -1,0 +1,17 @@
+import { dashboardHref } from '../src/poolView';
+import { makePool } from './fixtures';
+
+describe('dashboardHref', () => {
+  it('goes through the Jupyter server proxy when the server offers it', () => {
+    const pool = makePool({
+      dashboard_link: 'http://127.0.0.1:8787/status',
+      dashboard_path: 'proxy/8787/status'
+    });
+    expect(dashboardHref(pool, '/user/ada/')).toBe('/user/ada/proxy/8787/status');
+  });
+
+  it('keeps the direct link without a proxy', () => {
+    const pool = makePool({ dashboard_link: 'http://10.0.0.5:8787/status', dashboard_path: null });
+    expect(dashboardHref(pool, '/')).toBe('http://10.0.0.5:8787/status');
+  });
+});
