@@ -46,6 +46,7 @@ class GpuType:
     prices: Prices
     purchase_usd: float = 0.0  # owning one, for owned-vs-cloud (cost.tco.compare_owned)
     power_watts: float = 0.0
+    slurm_gres: str = ""  # the gres type Slurm sites commonly give it (--gres=gpu:<slurm_gres>:1)
 
     @property
     def is_cpu(self) -> bool:
@@ -65,6 +66,7 @@ class GpuType:
             "prices": self.prices.to_dict(),
             "purchase_usd": self.purchase_usd,
             "power_watts": self.power_watts,
+            "slurm_gres": self.slurm_gres,
         }
 
 
@@ -156,6 +158,7 @@ def _build(raw: dict[str, Any]) -> Catalog:
                 prices=Prices(float(row["on_demand"]), float(row["spot"]), float(row["reserved"])),
                 purchase_usd=float(row.get("purchase_usd", 0.0)),
                 power_watts=float(row.get("power_watts", 0.0)),
+                slurm_gres=str(row.get("slurm_gres", "")),
             )
         except KeyError as e:
             raise SpecError(f"catalog entry {name!r} lacks the key {e} (see gpugeek_jupyter/data/catalog.toml)") from e

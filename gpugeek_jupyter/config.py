@@ -14,7 +14,7 @@ from typing import Any
 from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode, default
 from traitlets.config import Config, Configurable
 
-BACKENDS = ("local", "kubernetes", "address")
+BACKENDS = ("local", "kubernetes", "address", "slurm")
 
 # trait -> the environment variable that sets it (below config files and the server's config)
 ENVIRONMENT = {
@@ -31,6 +31,18 @@ ENVIRONMENT = {
     "telemetry_period_seconds": "GPUGEEK_TELEMETRY_PERIOD",
     "kubernetes_namespace": "GPUGEEK_NAMESPACE",
     "kubernetes_spot_preset": "GPUGEEK_SPOT_PRESET",
+    "slurm_partition": "GPUGEEK_SLURM_PARTITION",
+    "slurm_account": "GPUGEEK_SLURM_ACCOUNT",
+    "slurm_qos": "GPUGEEK_SLURM_QOS",
+    "slurm_walltime": "GPUGEEK_SLURM_WALLTIME",
+    "slurm_constraint": "GPUGEEK_SLURM_CONSTRAINT",
+    "slurm_prologue": "GPUGEEK_SLURM_PROLOGUE",
+    "slurm_cpus_per_worker": "GPUGEEK_SLURM_CPUS_PER_WORKER",
+    "slurm_memory_per_worker": "GPUGEEK_SLURM_MEMORY_PER_WORKER",
+    "slurm_python": "GPUGEEK_SLURM_PYTHON",
+    "slurm_scheduler_host": "GPUGEEK_SLURM_SCHEDULER_HOST",
+    "slurm_interface": "GPUGEEK_SLURM_INTERFACE",
+    "slurm_shared_directory": "GPUGEEK_SLURM_SHARED_DIRECTORY",
     "api_key": "GPUGEEK_API_KEY",
     "preload_torch": "GPUGEEK_PRELOAD_TORCH",
     "bokehjs": "GPUGEEK_BOKEHJS",
@@ -47,7 +59,8 @@ class GpugeekConfig(Configurable):
     """Everything a user or an admin may set."""
 
     default_backend = Unicode(
-        "local", help="Backend used when --backend is not given: local, kubernetes or address. Env: GPUGEEK_BACKEND."
+        "local",
+        help="Backend used when --backend is not given: local, kubernetes, address or slurm. Env: GPUGEEK_BACKEND.",
     ).tag(config=True)
     registry_path = Unicode(
         help="SQLite file holding pools, workers and jobs; shared by kernels and the server. "
@@ -131,6 +144,75 @@ class GpugeekConfig(Configurable):
     kubernetes_spot_tolerations: List[dict[str, str]] = List(
         help="Tolerations for spot nodes' taints, replacing the preset's, e.g. "
         "[{'key': 'spot', 'operator': 'Exists', 'effect': 'NoSchedule'}]."
+    ).tag(config=True)
+    slurm_partition = Unicode(
+        "",
+        help="Slurm partition of slurm pools unless --partition is given ('': the site's default). "
+        "Env: GPUGEEK_SLURM_PARTITION.",
+    ).tag(config=True)
+    slurm_account = Unicode(
+        "",
+        help="Slurm account charged for slurm pools unless --account is given ('': your default account). "
+        "Env: GPUGEEK_SLURM_ACCOUNT.",
+    ).tag(config=True)
+    slurm_qos = Unicode(
+        "", help="Slurm QOS of slurm pools unless --qos is given ('': the default). Env: GPUGEEK_SLURM_QOS."
+    ).tag(config=True)
+    slurm_walltime = Unicode(
+        "",
+        help="Time limit of each Slurm job of a slurm pool unless --walltime is given, as Slurm writes it "
+        "(minutes, HH:MM:SS or D-HH:MM:SS; '': the partition's default). Env: GPUGEEK_SLURM_WALLTIME.",
+    ).tag(config=True)
+    slurm_constraint = Unicode(
+        "",
+        help="Slurm node features the workers need (sbatch --constraint) unless --constraint is given. "
+        "Env: GPUGEEK_SLURM_CONSTRAINT.",
+    ).tag(config=True)
+    slurm_sbatch_directives: List[str] = List(
+        Unicode(),
+        help="Extra #SBATCH lines of every slurm pool's job script unless --sbatch-directives is given, "
+        "e.g. ['--exclusive', '--mail-type=END'].",
+    ).tag(config=True)
+    slurm_prologue = Unicode(
+        "",
+        help="Shell lines the job script runs before the worker starts, unless --prologue is given, e.g. "
+        "'module load cuda/12.4' or 'source ~/venv/bin/activate'. Env: GPUGEEK_SLURM_PROLOGUE.",
+    ).tag(config=True)
+    slurm_gres: Dict[str, str] = Dict(
+        value_trait=Unicode(),
+        help="Slurm GPU gres type by GPU type, replacing the catalog's slurm_gres, e.g. {'A100-80GB': "
+        "'a100_80g'}: the workers ask for --gres=gpu:a100_80g:1 ('' asks for --gres=gpu:1, any type).",
+    ).tag(config=True)
+    slurm_cpus_per_worker = Integer(
+        0,
+        help="CPU cores of each Slurm job (--cpus-per-task); 0: 1 on cpu pools (one rank per core), the "
+        "site's default on GPU pools. Env: GPUGEEK_SLURM_CPUS_PER_WORKER.",
+    ).tag(config=True)
+    slurm_memory_per_worker = Unicode(
+        "",
+        help="Memory of each Slurm job (--mem, e.g. '32GB'); '': the site's default. "
+        "Env: GPUGEEK_SLURM_MEMORY_PER_WORKER.",
+    ).tag(config=True)
+    slurm_python = Unicode(
+        "",
+        help="Python on the compute nodes that runs the workers ('': this kernel's, which then must be "
+        "at the same path there). Env: GPUGEEK_SLURM_PYTHON.",
+    ).tag(config=True)
+    slurm_scheduler_host = Unicode(
+        "",
+        help="Address the scheduler of a slurm pool listens on and its workers connect to ('': every "
+        "interface, and the address of the one with the default route). Env: GPUGEEK_SLURM_SCHEDULER_HOST.",
+    ).tag(config=True)
+    slurm_interface = Unicode(
+        "",
+        help="Network interface of the scheduler and the workers of slurm pools, e.g. 'ib0' (instead "
+        "of slurm_scheduler_host). Env: GPUGEEK_SLURM_INTERFACE.",
+    ).tag(config=True)
+    slurm_shared_directory = Unicode(
+        "",
+        help="Folder that the notebook's host and the compute nodes both see, for the workers' logs and a "
+        "copy of the pool's TLS credentials (readable by you only). Default: gpugeek-jupyter/slurm in "
+        "$XDG_DATA_HOME (~/.local/share). Env: GPUGEEK_SLURM_SHARED_DIRECTORY.",
     ).tag(config=True)
     api_key = Unicode("", help="GPUGEEK API key; never displayed. Env: GPUGEEK_API_KEY.").tag(config=True)
     preload_torch = Bool(

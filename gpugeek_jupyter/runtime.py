@@ -9,7 +9,7 @@ written down in ``pyproject.toml`` and checked by import-linter.)
 
 >>> manager = get_pool_manager()          # doctest: +SKIP
 >>> sorted(manager.plugins)               # doctest: +SKIP
-['gpugeek-cost', 'gpugeek-end-jobs-before-stop', 'gpugeek-k8s-disruptions', 'gpugeek-telemetry']
+['gpugeek-cost', 'gpugeek-end-jobs-before-stop', 'gpugeek-k8s-disruptions', 'gpugeek-slurm-jobs', 'gpugeek-telemetry']
 """
 
 from __future__ import annotations
@@ -49,11 +49,13 @@ def create_pool_manager(registry: Registry | None = None, owner: str | None = No
     from .cost.guards import install_cost_hooks
     from .jobs import EndJobsBeforeStop
     from .pools.kubernetes import DisruptionRecorder
+    from .pools.slurm import SlurmJobWatcher
 
     manager = PoolManager(registry=registry, owner=owner)
     manager.register_plugin(TelemetryStarter())  # samplers on every worker of a new pool
     install_cost_hooks(manager)  # utilization samples, budget and idle-shutdown watchers
     manager.register_plugin(DisruptionRecorder())  # preempted pods of kubernetes pools (no-op otherwise)
+    manager.register_plugin(SlurmJobWatcher())  # slurm pools: job ids, ended jobs reported and replaced
     manager.register_plugin(EndJobsBeforeStop())  # a running job ends, with the reason, before its workers go
     return manager
 

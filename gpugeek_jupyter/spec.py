@@ -24,6 +24,10 @@ from .errors import Phrase, Setting, SpecError
 MAX_COUNT = 1024
 NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1123 label, usable on Kubernetes
 ADDRESS_PATTERN = re.compile(r"^(tcp|tls|ucx|inproc)://[^\s/]+$")
+# Slurm's time formats (sbatch --time): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
+WALLTIME_PATTERN = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2})$")
+SLURM_NAME_PATTERN = re.compile(r"^[^\s#'\"\\]{1,200}$")  # one word, as sbatch reads a directive's value
+SLURM_OPTIONS = ("partition", "account", "qos", "walltime", "constraint", "sbatch_directives", "prologue")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,14 @@ class PoolSpec:
     namespace: str | None = None  # for backend=kubernetes
     image: str | None = None  # for backend=kubernetes; default from the framework
     base_pricing: str = "on_demand"  # how the non-spot workers are priced: on_demand or reserved
+    # for backend=slurm, defaults from GpugeekConfig.slurm_*; None or empty: the site's default
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    walltime: str | None = None  # Slurm's format, e.g. "04:00:00"
+    constraint: str | None = None
+    sbatch_directives: tuple[str, ...] = ()  # extra #SBATCH lines, e.g. ("--exclusive",)
+    prologue: str = ""  # shell lines run before the worker starts, e.g. "module load cuda/12.4"
 
     @property
     def spot_workers(self) -> int:
@@ -64,6 +76,8 @@ class PoolSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PoolSpec:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if "sbatch_directives" in known:  # a list once stored as JSON
+            known["sbatch_directives"] = tuple(known["sbatch_directives"] or ())
         return cls(**known)
 
     def with_name(self, name: str) -> PoolSpec:
@@ -86,6 +100,13 @@ class PoolSpec:
         namespace: Any = None,
         image: Any = None,
         base_pricing: Any = None,
+        partition: Any = None,
+        account: Any = None,
+        qos: Any = None,
+        walltime: Any = None,
+        constraint: Any = None,
+        sbatch_directives: Any = None,
+        prologue: Any = None,
         price_file: str | None = None,
     ) -> PoolSpec:
         """Validate raw values (strings from a magic or JSON from the panel) into a spec."""
@@ -100,6 +121,16 @@ class PoolSpec:
         address_value = _check_address(address, backend_value)
         namespace_value = _check_namespace(namespace, backend_value, config.kubernetes_namespace)
         pool_name = _check_name(name) if name not in (None, "") else _generated_name(gpu.name)
+        slurm = _check_slurm_options(
+            backend_value,
+            partition=partition,
+            account=account,
+            qos=qos,
+            walltime=walltime,
+            constraint=constraint,
+            sbatch_directives=sbatch_directives,
+            prologue=prologue,
+        )
         return cls(
             name=pool_name,
             gpu_type=gpu.name,
@@ -115,6 +146,7 @@ class PoolSpec:
             namespace=namespace_value,
             image=str(image) if image not in (None, "") else None,
             base_pricing=_check_base_pricing(base_pricing),
+            **slurm,
         )
 
 
@@ -249,5 +281,131 @@ def _check_namespace(namespace: Any, backend: str, default_namespace: str) -> st
             value=namespace,
             rule="a DNS-1123 label: lowercase letters, digits and '-'",
             example="team-risk",
+        )
+    return text
+
+
+def _given(value: Any) -> bool:
+    return value not in (None, "") and not (isinstance(value, list | tuple) and not value)
+
+
+def _check_slurm_options(backend: str, **given: Any) -> dict[str, Any]:
+    """The slurm options of a spec: given ones checked, the others from ``GpugeekConfig.slurm_*``;
+    refused (naming the first) for another backend."""
+    if backend != "slurm":
+        for field, value in given.items():
+            if _given(value):
+                raise SpecError(
+                    Phrase(
+                        "{field} {value} only applies to {backend} (e.g. {example})", backend=Setting(backend="slurm")
+                    ),
+                    field=field,
+                    value=value,
+                    rule="only with backend 'slurm'",
+                    example=Setting(backend="slurm", **{field: _SLURM_EXAMPLES[field]}),
+                )
+        return {}
+    config = get_config()
+    defaults: dict[str, Any] = {
+        "partition": config.slurm_partition,
+        "account": config.slurm_account,
+        "qos": config.slurm_qos,
+        "walltime": config.slurm_walltime,
+        "constraint": config.slurm_constraint,
+        "sbatch_directives": list(config.slurm_sbatch_directives),
+        "prologue": config.slurm_prologue,
+    }
+    chosen = {field: value if _given(value) else defaults[field] for field, value in given.items()}
+    checked: dict[str, Any] = {}
+    for field in ("partition", "account", "qos", "constraint"):
+        checked[field] = _check_slurm_word(chosen[field], field)
+    checked["walltime"] = _check_walltime(chosen["walltime"])
+    checked["sbatch_directives"] = _check_sbatch_directives(chosen["sbatch_directives"])
+    checked["prologue"] = _check_prologue(chosen["prologue"])
+    return checked
+
+
+_SLURM_EXAMPLES: dict[str, Any] = {
+    "partition": "gpu",
+    "account": "proj42",
+    "qos": "normal",
+    "walltime": "04:00:00",
+    "constraint": "a100",
+    "sbatch_directives": ["--exclusive"],
+    "prologue": "module load cuda/12.4",
+}
+
+
+def _check_slurm_word(value: Any, field: str) -> str | None:
+    if not _given(value):
+        return None
+    text = str(value).strip()
+    if not SLURM_NAME_PATTERN.match(text):
+        raise SpecError(
+            field=field,
+            value=value,
+            rule="one word, without spaces, quotes or '#'",
+            example=_SLURM_EXAMPLES[field],
+        )
+    return text
+
+
+def _check_walltime(value: Any) -> str | None:
+    if not _given(value):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:  # minutes, as Slurm reads a number
+        return str(value)
+    text = str(value).strip()
+    if isinstance(value, bool) or not WALLTIME_PATTERN.match(text):
+        raise SpecError(
+            Phrase("{field} {value} is not a Slurm time limit ({rule}; e.g. {example})"),
+            field="walltime",
+            value=value,
+            rule="minutes, HH:MM:SS or D-HH:MM:SS",
+            example=_SLURM_EXAMPLES["walltime"],
+        )
+    return text
+
+
+def _check_sbatch_directives(value: Any) -> tuple[str, ...]:
+    """Each one an #SBATCH line's option (``--exclusive``, ``--mail-type=END``); a missing ``--`` is
+    added (a magic's ``--sbatch-directives exclusive``), a pasted ``#SBATCH`` dropped."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(item, str) for item in items):
+        raise SpecError(
+            field="sbatch_directives",
+            value=value,
+            rule="a list of sbatch options",
+            example=_SLURM_EXAMPLES["sbatch_directives"],
+        )
+    directives = []
+    for item in items:
+        text = item.strip().removeprefix("#SBATCH").strip()
+        if not text:
+            continue
+        if "\n" in text or "\r" in text:
+            raise SpecError(
+                field="sbatch_directives",
+                value=item,
+                rule="one sbatch option per item, on one line",
+                example=_SLURM_EXAMPLES["sbatch_directives"],
+            )
+        directives.append(text if text.startswith("-") else "--" + text)
+    return tuple(directives)
+
+
+def _check_prologue(value: Any) -> str:
+    lines = [value] if isinstance(value, str) else value
+    if not isinstance(lines, list | tuple) or not all(isinstance(line, str) for line in lines):
+        raise SpecError(
+            field="prologue",
+            value=value,
+            rule="shell lines, as one string or a list of strings",
+            example=_SLURM_EXAMPLES["prologue"],
+        )
+    text = "\n".join(line.rstrip() for line in lines).strip("\n")
+    if "\x00" in text:
+        raise SpecError(
+            field="prologue", value=value, rule="shell text without NUL characters", example=_SLURM_EXAMPLES["prologue"]
         )
     return text

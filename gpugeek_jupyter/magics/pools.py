@@ -79,7 +79,7 @@ class PoolMagics(Magics):
     @argument("--count", default="1", help="number of GPUs (cpu: worker processes), one rank each")
     @argument("--interconnect", default=None, help="NVLink, PCIe, InfiniBand... (default: the type's first)")
     @argument("--framework", default=None, help='framework image, e.g. "PyTorch 2.0" (kubernetes)')
-    @argument("--backend", default=None, help="local (default), kubernetes or address")
+    @argument("--backend", default=None, help="local (default), kubernetes, address or slurm")
     @argument("--name", default=None, help="pool name (lowercase, digits, '-'); generated when omitted")
     @argument("--spot-fraction", default=None, help="share of workers on spot prices, 0..1 (e.g. 0.7)")
     @argument("--base-pricing", default=None, help="price of the non-spot workers: on-demand (default) or reserved")
@@ -90,7 +90,30 @@ class PoolMagics(Magics):
     @argument("--address", default=None, help="scheduler address for --backend address (tcp://host:8786)")
     @argument("--namespace", default=None, help="Kubernetes namespace for --backend kubernetes")
     @argument("--image", default=None, help="container image for --backend kubernetes (overrides --framework)")
-    @argument("--dry-run", action="store_true", help="print what would be created (kubernetes manifests) and stop")
+    @argument("--partition", default=None, help="Slurm partition for --backend slurm (GpugeekConfig.slurm_partition)")
+    @argument("--account", default=None, help="Slurm account to charge for --backend slurm")
+    @argument("--qos", default=None, help="Slurm QOS for --backend slurm")
+    @argument("--walltime", default=None, help="time limit of each Slurm job: minutes, HH:MM:SS or D-HH:MM:SS")
+    @argument("--constraint", default=None, help="Slurm node features the workers need (sbatch --constraint)")
+    @argument(
+        "--sbatch-directives",
+        action="append",
+        default=None,
+        metavar="OPTION",
+        help="an extra #SBATCH line, repeatable: --sbatch-directives exclusive --sbatch-directives mail-type=END",
+    )
+    @argument(
+        "--prologue",
+        action="append",
+        default=None,
+        metavar="LINE",
+        help='a shell line run before each Slurm worker starts, repeatable: --prologue "module load cuda/12.4"',
+    )
+    @argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would be created (kubernetes manifests, the Slurm job script) and stop",
+    )
     @argument("--quiet", action="store_true", help="no pool card")
     @line_magic
     def gpugeek_launch(self, line: str) -> Any:
@@ -110,6 +133,8 @@ class PoolMagics(Magics):
             In [3]: %gpugeek_launch --gpu-type H100-80GB --count 4 --spot-fraction 0.7 --base-pricing reserved --budget 200
             In [4]: %gpugeek_launch --backend address --address tcp://10.0.0.5:8786 --count 8 --gpu-type H100-80GB
             In [5]: %gpugeek_launch --backend kubernetes --namespace team-risk --gpu-type A100-80GB --count 8 --dry-run
+            In [6]: %gpugeek_launch --backend slurm --partition gpu --account proj42 --walltime 04:00:00 --gpu-type A100-80GB --count 8
+            In [7]: %gpugeek_launch --backend slurm --gpu-type H100-80GB --count 4 --prologue "module load cuda/12.4" --dry-run
         """
         args = parse_options(self.gpugeek_launch, line, "--gpu-type cpu --count 2 --name dev")
         with usage_errors():
@@ -128,16 +153,29 @@ class PoolMagics(Magics):
                 namespace=args.namespace,
                 image=args.image,
                 base_pricing=args.base_pricing,
+                partition=args.partition,
+                account=args.account,
+                qos=args.qos,
+                walltime=args.walltime,
+                constraint=args.constraint,
+                sbatch_directives=args.sbatch_directives,
+                prologue=args.prologue,
             )
             if args.dry_run:
                 return self._dry_run(spec)
             return self._launch(spec, quiet=args.quiet)
 
     def _dry_run(self, spec: PoolSpec) -> None:
+        if spec.backend == "slurm":
+            from ..pools.slurm import render_job_script
+
+            print(render_job_script(spec))
+            return None
         if spec.backend != "kubernetes":
             raise UsageError(
-                f"--dry-run shows Kubernetes manifests; it needs --backend kubernetes, got --backend {spec.backend} "
-                f"(e.g. %gpugeek_launch --backend kubernetes --gpu-type A100-80GB --count 8 --dry-run)"
+                f"--dry-run shows Kubernetes manifests or a Slurm job script; it needs --backend kubernetes or "
+                f"slurm, got --backend {spec.backend} "
+                f"(e.g. %gpugeek_launch --backend slurm --gpu-type A100-80GB --count 8 --dry-run)"
             )
         from ..pools.k8s_manifest import render_manifests
 

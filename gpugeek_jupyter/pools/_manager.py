@@ -52,7 +52,11 @@ def backend_for(name: str) -> Backend:
         from .kubernetes import KubernetesBackend
 
         return KubernetesBackend()
-    raise SpecError(field="backend", value=name, rule="one of local, kubernetes, address", example="local")
+    if name == "slurm":
+        from .slurm import SlurmBackend
+
+        return SlurmBackend()
+    raise SpecError(field="backend", value=name, rule="one of local, kubernetes, address, slurm", example="local")
 
 
 class _WorkerTracker:

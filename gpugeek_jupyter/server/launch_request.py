@@ -25,6 +25,7 @@ from ..spec import PoolSpec
 
 _STRING = "a string"
 _NUMBER = "a number"
+_LIST = "a list"
 
 # field -> (what JSON type it takes, whether null is allowed, a valid example)
 LAUNCH_FIELDS: dict[str, tuple[str, bool, Any]] = {
@@ -42,7 +43,16 @@ LAUNCH_FIELDS: dict[str, tuple[str, bool, Any]] = {
     "namespace": (_STRING, True, "team-risk"),
     "image": (_STRING, True, "pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime"),
     "base_pricing": (_STRING, True, "reserved"),
+    "partition": (_STRING, True, "gpu"),
+    "account": (_STRING, True, "proj42"),
+    "qos": (_STRING, True, "normal"),
+    "walltime": (_STRING, True, "04:00:00"),
+    "constraint": (_STRING, True, "a100"),
+    "sbatch_directives": (_LIST, True, ["--exclusive"]),
+    "prologue": (_STRING, True, "module load cuda/12.4"),
 }
+
+_MULTILINE = {"prologue"}  # shell lines: newlines and tabs are its text, other control characters are not
 
 _BODY_EXAMPLE = '{"gpu_type": "cpu", "count": 2, "backend": "local", "name": "dev"}'
 
@@ -57,7 +67,7 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, str):
         return _STRING
     if isinstance(value, list):
-        return "a list"
+        return _LIST
     return "an object"
 
 
@@ -95,7 +105,8 @@ def _typed_options(body: bytes) -> dict[str, Any]:
                 rule=kind + (" or null" if nullable else ""),
                 example=example,
             )
-        if isinstance(value, str) and any(unicodedata.category(c) == "Cc" for c in value):
+        allowed = "\n\t" if key in _MULTILINE else ""
+        if isinstance(value, str) and any(unicodedata.category(c) == "Cc" and c not in allowed for c in value):
             raise SpecError(
                 Phrase("{field} must not contain control characters, got {value} (e.g. {example})"),
                 field=key,

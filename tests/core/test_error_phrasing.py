@@ -257,7 +257,7 @@ def test_core_messages_name_no_magic() -> None:
     bad_inputs: list[dict[str, Any]] = [
         {"count": "0"},
         {"gpu_type": "V100"},
-        {"backend": "slurm"},
+        {"backend": "pbs"},
         {"spot_fraction": "2"},
         {"budget": "-1"},
         {"idle_timeout": "soon"},

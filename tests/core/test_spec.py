@@ -32,7 +32,7 @@ def test_valid_spec_normalises_strings_from_a_magic_line() -> None:
         ({"count": 2.5}, "count", "2.5", "count=4"),
         ({"count": "5000"}, "count", "'5000'", "count=4"),
         ({"gpu_type": "V100"}, "gpu_type", "'V100'", "gpu_type='A100-80GB'"),
-        ({"backend": "slurm"}, "backend", "'slurm'", "backend='local'"),
+        ({"backend": "pbs"}, "backend", "'pbs'", "backend='local'"),
         ({"spot_fraction": "1.5"}, "spot_fraction", "'1.5'", "spot_fraction=0.7"),
         ({"spot_fraction": "nan"}, "spot_fraction", "'nan'", "spot_fraction=0.7"),
         ({"budget": "-1"}, "budget", "'-1'", "budget=200"),

@@ -159,7 +159,8 @@ STANDALONE: dict[str, str] = {
 ONLY_ON: dict[tuple[str, str], tuple[set[str], str]] = {
     ("launch a pool", "dry_run"): (
         {MAGIC},
-        "prints the Kubernetes manifests instead of launching; Python: k8s_manifest.render_manifests(spec)",
+        "prints the Kubernetes manifests or the Slurm job script instead of launching; Python: "
+        "k8s_manifest.render_manifests(spec), slurm.render_job_script(spec)",
     ),
     ("launch a pool", "quiet"): ({MAGIC}, "no pool card: the card is what the magic shows"),
     ("launch a pool", "price_file"): (

@@ -46,7 +46,7 @@ BAD_VALUES = {
     "--price": st.sampled_from(["-2", "free", "nan"]),
     "--pricing": st.sampled_from(["free", "spot", "cheap"]),
     "--interconnect": st.sampled_from(["carrier-pigeon", "USB", "NVSwitch9"]),
-    "--backend": st.sampled_from(["slurm", "ray", "LOCALHOST"]),
+    "--backend": st.sampled_from(["pbs", "ray", "LOCALHOST"]),
     "--unknown-flag": st.sampled_from(["1", "x"]),
 }
 

@@ -148,7 +148,7 @@ async def test_catalog_lists_gpu_types_with_prices_backends_and_defaults(api: Fe
     by_name = {g["name"]: g for g in body["gpu_types"]}
     assert set(by_name["A100-80GB"]) == {"name", "memory_gb", "interconnects", "prices"}
     assert set(by_name["A100-80GB"]["prices"]) == {"on_demand", "spot", "reserved"}
-    assert set(body["backends"]) == {"local", "kubernetes", "address"}
+    assert set(body["backends"]) == {"local", "kubernetes", "address", "slurm"}
     assert body["defaults"]["backend"] == "local"
 
 

@@ -97,6 +97,7 @@ class OneHostSlurm:
     directory: Path
     node: str
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    programs: dict[str, str] = field(default_factory=dict)  # command -> its path
 
     @property
     def conf(self) -> Path:
@@ -115,7 +116,8 @@ class OneHostSlurm:
         if missing:
             raise SlurmUnavailable(f"{', '.join(missing)} not on PATH (apt-get install -y slurm-wlm munge)")
         node = socket.gethostname().split(".")[0]
-        cluster = cls(directory, node)
+        programs = {p: shutil.which(p) or p for p in ("sbatch", "squeue", "sinfo", "scancel")}
+        cluster = cls(directory, node, programs=programs)
         try:
             cluster._start(ready_within)
         except BaseException:
@@ -179,8 +181,11 @@ class OneHostSlurm:
         return f"{name}: (no log)"
 
     def run(self, *argv: str, timeout: float = 15) -> subprocess.CompletedProcess[str]:
-        """A Slurm client command against this cluster."""
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.environ})
+        """A Slurm client command against this cluster (found where it was at the start, whatever PATH is now)."""
+        program = self.programs.setdefault(argv[0], shutil.which(argv[0]) or argv[0])
+        return subprocess.run(
+            [program, *argv[1:]], capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.environ}
+        )
 
     def node_idle(self) -> bool:
         answer = self.run("sinfo", "-h", "-N", "-o", "%t", "-p", PARTITION)

@@ -1,0 +1,101 @@
+"""The slurm options on every surface and what they make of a job script (no Slurm needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpugeek_jupyter.errors import SpecError
+
+
+def test_options_default_to_the_configured_site_settings() -> None:
+    from gpugeek_jupyter import config
+    from gpugeek_jupyter.spec import PoolSpec
+
+    config.set_config(
+        config.GpugeekConfig(
+            slurm_partition="gpu",
+            slurm_account="proj42",
+            slurm_walltime="1-00:00:00",
+            slurm_sbatch_directives=["--exclusive"],
+            slurm_prologue="module load cuda/12.4",
+        )
+    )
+    spec = PoolSpec.create(backend="slurm", walltime="30")
+    assert (spec.partition, spec.account, spec.walltime, spec.qos) == ("gpu", "proj42", "30", None)
+    assert (spec.sbatch_directives, spec.prologue) == (("--exclusive",), "module load cuda/12.4")
+    assert PoolSpec.from_dict(spec.to_dict()) == spec  # as the registry stores it
+    assert PoolSpec.create(backend="local").partition is None  # other backends take none of them
+
+
+@pytest.mark.parametrize("walltime", ["30", "30:00", "04:00:00", "2-00", "2-12:30", "7-00:00:00", 90])
+def test_every_time_format_slurm_reads_is_accepted(walltime: object) -> None:
+    from gpugeek_jupyter.spec import PoolSpec
+
+    assert PoolSpec.create(backend="slurm", walltime=walltime).walltime == str(walltime)
+
+
+@pytest.mark.parametrize("walltime", ["2h", "1:2:3:4", "-5", "soon", True, "04:00:00 "])
+def test_a_time_slurm_cannot_read_is_refused(walltime: object) -> None:
+    from gpugeek_jupyter.spec import PoolSpec
+
+    if walltime == "04:00:00 ":  # surrounding blanks are only trimmed
+        assert PoolSpec.create(backend="slurm", walltime=walltime).walltime == "04:00:00"
+        return
+    with pytest.raises(SpecError, match="is not a Slurm time limit"):
+        PoolSpec.create(backend="slurm", walltime=walltime)
+
+
+def test_sbatch_directives_are_lines_without_their_prefix_and_dashes_are_added() -> None:
+    from gpugeek_jupyter.spec import PoolSpec
+
+    spec = PoolSpec.create(backend="slurm", sbatch_directives=["exclusive", "#SBATCH --mail-type=END", "-C a100", ""])
+    assert spec.sbatch_directives == ("--exclusive", "--mail-type=END", "-C a100")
+    with pytest.raises(SpecError, match="one sbatch option per item"):
+        PoolSpec.create(backend="slurm", sbatch_directives=["--exclusive\n--mem=0"])
+
+
+def test_the_launch_request_takes_the_slurm_fields_with_json_types() -> None:
+    from gpugeek_jupyter.server.launch_request import parse_launch_body
+
+    body = (
+        b'{"backend": "slurm", "partition": "gpu", "walltime": "04:00:00", '
+        b'"sbatch_directives": ["--exclusive"], "prologue": "module load cuda/12.4\\nsource venv/bin/activate"}'
+    )
+    assert parse_launch_body(body)["prologue"] == "module load cuda/12.4\nsource venv/bin/activate"
+    with pytest.raises(SpecError) as caught:
+        parse_launch_body(b'{"backend": "slurm", "sbatch_directives": "--exclusive"}')
+    assert str(caught.value) == (
+        '"sbatch_directives" must be a list or null, got "--exclusive" (a string) (e.g. "sbatch_directives": ["--exclusive"])'
+    )
+    with pytest.raises(SpecError, match='"walltime" "2h" is not a Slurm time limit'):
+        parse_launch_body(b'{"backend": "slurm", "walltime": "2h"}')
+
+
+def test_cpu_workers_ask_one_core_and_gpu_workers_one_gpu_of_the_sites_type() -> None:
+    from gpugeek_jupyter import config
+    from gpugeek_jupyter.pools.slurm import gres_directive, job_script_options
+    from gpugeek_jupyter.spec import PoolSpec
+
+    cpu = job_script_options(PoolSpec.create(backend="slurm", count=4))
+    assert (cpu["job_cpu"], cpu["cores"], cpu["processes"]) == (1, 1, 1)
+    assert "--cpus-per-task" not in cpu["job_directives_skip"] and "--mem=" in cpu["job_directives_skip"]
+    gpu_spec = PoolSpec.create(backend="slurm", gpu_type="H100-80GB", count=4)
+    assert gres_directive(gpu_spec) == "--gres=gpu:h100:1"  # the catalog's slurm_gres
+    assert "--cpus-per-task" in job_script_options(gpu_spec)["job_directives_skip"]  # the site's default per GPU
+    config.set_config(config.GpugeekConfig(slurm_gres={"h100-80gb": "h100_sxm"}))
+    assert gres_directive(gpu_spec) == "--gres=gpu:h100_sxm:1"
+    config.set_config(config.GpugeekConfig(slurm_gres={"H100-80GB": ""}))
+    assert gres_directive(gpu_spec) == "--gres=gpu:1"  # any GPU
+
+
+def test_a_pools_slurm_job_ids_are_read_back_from_its_events(isolated_registry: object) -> None:
+    from gpugeek_jupyter.pools.slurm import EVENT_ENDED, EVENT_JOB, slurm_job_ids
+    from gpugeek_jupyter.store import get_registry
+
+    registry = get_registry()
+    record = registry.add_pool("p", "slurm", {"gpu_type": "cpu", "count": 2}, {}, owner="test")
+    registry.add_event(record.id, EVENT_JOB, "Slurm job 41 for worker 'p-0'")
+    registry.add_event(record.id, EVENT_JOB, "Slurm job 42 for worker 'p-1'")
+    registry.add_event(record.id, EVENT_ENDED, "worker 'p-1' is gone: its Slurm job 42 ended (CANCELLED)")
+    registry.add_event(record.id, EVENT_JOB, "Slurm job 43 for worker 'p-1'")
+    assert slurm_job_ids(registry, record.id) == ["41", "42", "43"]
