@@ -507,6 +507,7 @@ def prune_pool_folders(now: float | None = None) -> None:
 def _cluster_class() -> type:
     """dask-jobqueue's ``SLURMCluster``, for a pool: workers' TLS from the pool folder, ended jobs
     replaced by :class:`SlurmJobWatcher` rather than dropped, the folder's credentials removed on close."""
+    _require_jobqueue()
     from dask_jobqueue import SLURMCluster
     from distributed.deploy.cluster import Cluster
 
@@ -628,12 +629,18 @@ class SlurmBackend:
         )
 
 
+_import_lock = threading.Lock()
+
+
 def _require_jobqueue() -> None:
+    """Import dask_jobqueue (once), or say which extra installs it."""
+    if sys.modules.get("dask_jobqueue") is not None:
+        return
     # distributed first, under the forkserver's lock: a kernel's warm-up (%load_ext) may be importing
     # it on another thread right now, and two threads importing it at once meet in its import cycle
     use_forkserver(get_config().preload_torch)
     try:
-        import dask_jobqueue  # noqa: F401
+        _import_keeping_sigint()
     except ModuleNotFoundError as e:
         if e.name != "dask_jobqueue":
             raise
@@ -642,6 +649,32 @@ def _require_jobqueue() -> None:
                 "{backend} needs dask-jobqueue (pip install 'gpugeek-jupyter[slurm]')", backend=Setting(backend="slurm")
             )
         ) from e
+
+
+def _import_keeping_sigint() -> None:
+    """``import dask_jobqueue``, leaving this process's SIGINT handler as it was.
+
+    dask-jobqueue 0.9.0 sets SIGINT to ``sys.exit()`` when it is imported (its ``runner`` module; moved
+    into the runners after that release, dask/dask-jobqueue#697): in a kernel or a script, Ctrl-C or
+    an interrupt would then exit instead of raising KeyboardInterrupt (which ends a running job's
+    ranks), and on any thread but the main one (the server launches pools on threads of its own) the
+    import fails with ``signal only works in main thread``.
+    """
+    import signal
+
+    with _import_lock:
+        real = signal.signal
+
+        def keep_sigint(signalnum: Any, handler: Any) -> Any:
+            if signalnum == signal.SIGINT:
+                return signal.getsignal(signalnum)
+            return real(signalnum, handler)
+
+        signal.signal = keep_sigint
+        try:
+            import dask_jobqueue  # noqa: F401
+        finally:
+            signal.signal = real
 
 
 def _short_path() -> str:

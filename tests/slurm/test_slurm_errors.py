@@ -149,3 +149,22 @@ def test_without_dask_jobqueue_the_extra_to_install_is_named(monkeypatch: pytest
     with pytest.raises(BackendUnavailableError) as caught:
         SlurmBackend().preflight(PoolSpec.create(backend="slurm"))
     assert str(caught.value) == "backend='slurm' needs dask-jobqueue (pip install 'gpugeek-jupyter[slurm]')"
+
+
+def test_loading_the_backend_leaves_ctrl_c_and_threads_alone() -> None:
+    """dask-jobqueue 0.9.0 sets SIGINT to sys.exit() as it is imported, and fails off the main thread."""
+    import subprocess
+    import sys
+
+    program = (
+        "import signal, threading, distributed\n"
+        "before = signal.getsignal(signal.SIGINT)\n"
+        "from gpugeek_jupyter.pools.slurm import _require_jobqueue\n"
+        "thread = threading.Thread(target=_require_jobqueue)\n"
+        "thread.start(); thread.join()\n"
+        "import dask_jobqueue\n"
+        "assert signal.getsignal(signal.SIGINT) is before, signal.getsignal(signal.SIGINT)\n"
+        "print('ok')\n"
+    )
+    answer = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert answer.stdout.strip() == "ok", answer.stderr
