@@ -102,6 +102,10 @@ def test_a_killed_kernel_leaves_no_slurm_job_running_and_its_pool_is_lost(slurm:
         assert launched.error is None and "Error" not in launched.text, launched.text
         running = slurm.run("squeue", "-h", "-n", "gpugeek-killed", "-t", "running", "-o", "%i").stdout.split()
         assert len(running) == 2, running
+        cell = kernel.run(
+            "%%gpugeek_run --output all\nimport torch.distributed as dist\nprint('of', dist.get_world_size())"
+        )
+        assert cell.stdout.count("of 2") == 2, cell.text
         kernel.kill()
         killed = True
         killed_at = time.monotonic()

@@ -152,3 +152,19 @@ def test_the_dry_run_prints_the_job_script_without_submitting(
     import gpugeek_jupyter
 
     assert gpugeek_jupyter.list_pools() == []
+
+
+def test_without_pool_tls_the_workers_speak_plain_tcp_and_get_no_credentials(
+    slurm: OneHostSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpugeek_jupyter
+
+    monkeypatch.setenv("GPUGEEK_POOL_TLS", "0")
+    pool = gpugeek_jupyter.launch(backend="slurm", count=1, name="plain")
+    try:
+        assert pool.scheduler_address.startswith("tcp://")
+        folder = Path(pool.running.extra["slurm_folder"])
+        assert not (folder / "tls").exists()
+        assert pool.client.run(lambda: 1) and len(pool.worker_addresses()) == 1
+    finally:
+        pool.stop()
