@@ -220,9 +220,8 @@ def render_job_script(spec: PoolSpec) -> str:
     placeholders.
     """
     security = _placeholder_security() if get_config().pool_tls else None
-    script = _job_script(
-        spec, _SCRIPT_SCHEDULER, f"{spec.name}-0", str(_shared_root() / "<pool folder>" / "logs"), security
-    )
+    scheduler = _SCRIPT_SCHEDULER if security is not None else _SCRIPT_SCHEDULER.replace("tls://", "tcp://")
+    script = _job_script(spec, scheduler, f"{spec.name}-0", str(_shared_root() / "<pool folder>" / "logs"), security)
     header = (
         f"# {spec.count} Slurm job(s) like this one, one dask worker (one rank) each, "
         f"named {spec.name}-0 .. {spec.name}-{spec.count - 1}; submitted with: sbatch <script>\n"
@@ -235,10 +234,8 @@ def _job_script(spec: PoolSpec, scheduler: str, worker_name: str, log_directory:
     from dask_jobqueue.slurm import SLURMJob
 
     options = job_script_options(spec, log_directory)
-    options.pop("log_directory")
+    options.pop("log_directory")  # dask-jobqueue would create it; the log lines are added below instead
     job = SLURMJob(scheduler, name=worker_name, security=security, protocol="tls://" if security else None, **options)
-    # dask-jobqueue creates the log folder as it builds a job; the real one is made private at launch
-    job.log_directory = log_directory
     text = str(job.job_script())
     if security is not None:
         text = text.replace("--protocol tls:// ", "")  # implied by the tls:// address
@@ -497,10 +494,16 @@ def prune_pool_folders(now: float | None = None) -> None:
         try:
             if source.exists() and not Path(source.read_text().strip()).exists():
                 _remove_credentials_copy(folder)
-            if not (folder / "tls").exists() and now - folder.stat().st_mtime > KEEP_LOGS_DAYS * 86400:
+            if not (folder / "tls").exists() and now - _last_written(folder) > KEEP_LOGS_DAYS * 86400:
                 shutil.rmtree(folder, ignore_errors=True)
         except OSError as e:
             log.debug("could not prune %s: %s", folder, e)
+
+
+def _last_written(folder: Path) -> float:
+    """When anything of a pool's folder last changed: the folder, its logs folder or a log in it."""
+    paths = [folder, folder / "logs", *(folder / "logs").glob("*")] if (folder / "logs").is_dir() else [folder]
+    return max(p.stat().st_mtime for p in paths)
 
 
 # -- the cluster ------------------------------------------------------------------------------------
@@ -588,9 +591,16 @@ class SlurmBackend:
         config = get_config()
         deadline = time.monotonic() + start_timeout
         prune_pool_folders()
-        folder = _pool_folder(spec)
+        try:
+            folder = _pool_folder(spec)
+            worker_security = _copy_credentials(credentials, folder) if credentials is not None else None
+        except OSError as e:
+            raise BackendUnavailableError(
+                f"pool '{spec.name}' needs a folder of its own in {_shared_root()} (the workers' logs and credentials), "
+                f"and it cannot be made there ({e}); set GpugeekConfig.slurm_shared_directory "
+                f"(GPUGEEK_SLURM_SHARED_DIRECTORY) to a folder the compute nodes see"
+            ) from e
         security = credentials.security() if credentials is not None else None
-        worker_security = _copy_credentials(credentials, folder) if credentials is not None else None
         host = config.slurm_scheduler_host.strip()
         scheduler_options: dict[str, Any] = {"dashboard_address": f"{host}:0" if host else ":0", "idle_timeout": None}
         if host:

@@ -99,3 +99,39 @@ def test_a_pools_slurm_job_ids_are_read_back_from_its_events(isolated_registry: 
     registry.add_event(record.id, EVENT_ENDED, "worker 'p-1' is gone: its Slurm job 42 ended (CANCELLED)")
     registry.add_event(record.id, EVENT_JOB, "Slurm job 43 for worker 'p-1'")
     assert slurm_job_ids(registry, record.id) == ["41", "42", "43"]
+
+
+def test_pruning_removes_credentials_copies_of_ended_pools_and_old_folders(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import time
+    from pathlib import Path
+
+    from gpugeek_jupyter.pools.slurm import KEEP_LOGS_DAYS, prune_pool_folders
+
+    root = Path(str(tmp_path)) / "shared"
+    monkeypatch.setenv("GPUGEEK_SLURM_SHARED_DIRECTORY", str(root))
+    live_source = Path(str(tmp_path)) / "credentials" / "7"
+    live_source.mkdir(parents=True)
+
+    def pool_folder(name: str, source: Path | None, age_days: float = 0) -> Path:
+        folder = root / name
+        (folder / "logs").mkdir(parents=True)
+        (folder / "logs" / "gpugeek-x-1.err").write_text("")
+        if source is not None:
+            (folder / "tls").mkdir()
+            (folder / "tls" / "source").write_text(str(source))
+        when = time.time() - age_days * 86400
+        for path in (folder / "logs" / "gpugeek-x-1.err", folder / "logs", folder):
+            os.utime(path, (when, when))
+        return folder
+
+    live = pool_folder("live", live_source, age_days=30)
+    ended = pool_folder("ended", live_source.parent / "8")
+    old = pool_folder("old", None, age_days=KEEP_LOGS_DAYS + 1)
+    recent = pool_folder("recent", None, age_days=1)
+    prune_pool_folders()
+    assert (live / "tls").exists()  # its pool's credentials still exist: it is live
+    assert ended.exists() and not (ended / "tls").exists()  # logs kept, credentials' copy gone
+    assert not old.exists() and recent.exists()
