@@ -13,7 +13,7 @@ export type PoolStatus =
   | 'failed'
   | 'lost';
 
-export type PoolBackend = 'local' | 'kubernetes' | 'address';
+export type PoolBackend = 'local' | 'kubernetes' | 'slurm' | 'address';
 
 export type JobStatus =
   | 'pending'
