@@ -174,7 +174,9 @@ def test_the_service_sweeps_for_lost_pools_at_most_once_per_heartbeat_period(
         service.list_pools()
         service.list_pools(state="live")
     assert len(sweeps) == 3
-    assert all(later - earlier >= 0.5 for earlier, later in itertools.pairwise(sweeps))
+    # the times are taken as each sweep starts, a moment after the service decided it (a busy machine
+    # can stretch that moment by milliseconds either way)
+    assert all(later - earlier >= 0.45 for earlier, later in itertools.pairwise(sweeps)), sweeps
 
 
 def test_an_ended_pools_cost_is_computed_once_until_its_data_volumes_change(
