@@ -30,7 +30,12 @@ class RunningCluster:
     dashboard_link: str | None
     cluster: Any = None  # the dask Cluster object when this process owns it
     owns_workers: bool = True  # False for an attached scheduler: stop() must not shut it down
-    extra: dict[str, Any] = field(default_factory=dict)
+    # what a backend knows of its workers, each a typed fact (one field each, never a dict of strings):
+    cuda_visible_devices: str | None = None  # local GPU pools: the devices the workers were given
+    worker_groups: tuple[str, ...] = ()  # kubernetes: the operator's worker groups (default, spot)
+    pricing_of_worker: Callable[[str], str | None] | None = None  # a worker's name -> spot/reserved/...
+    job_folder: str | None = None  # slurm: the pool's folder of job scripts and worker credentials
+    batch_jobs: Callable[[], dict[str, str]] | None = None  # slurm: worker name -> its batch job id, now
     security: Security | None = field(default=None, repr=False)  # how to reach the scheduler (None: dask's config)
 
     def close(self, timeout: float = 30.0) -> None:

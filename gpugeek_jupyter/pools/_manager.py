@@ -79,7 +79,7 @@ class _WorkerTracker:
             name = info.get("name")
             index = int(str(name)) if isinstance(name, int) or str(name).isdigit() else len(self.open_intervals)
             # a backend whose workers belong to named groups (kubernetes: spot/default) prices by group
-            pricing_of = self.pool.running.extra.get("pricing_of_worker")
+            pricing_of = self.pool.running.pricing_of_worker
             group_pricing = pricing_of(str(name)) if pricing_of else None
             self.pricing[address] = group_pricing or self.pool.spec.pricing_of_worker(index)
             self.open_intervals[address] = self.registry.open_worker_interval(

@@ -290,11 +290,8 @@ class KubernetesBackend:
             scheduler_address=cluster.scheduler_address,
             dashboard_link=cluster.dashboard_link,
             cluster=cluster,
-            extra={
-                "namespace": spec.namespace,
-                "worker_groups": [DEFAULT_GROUP] + ([SPOT_GROUP] if spec.spot_workers else []),
-                "pricing_of_worker": lambda worker_name: pricing_of_worker(spec, worker_name),
-            },
+            worker_groups=(DEFAULT_GROUP, *([SPOT_GROUP] if spec.spot_workers else [])),
+            pricing_of_worker=lambda worker_name: pricing_of_worker(spec, worker_name),
         )
 
 
@@ -462,5 +459,5 @@ def autoscale_pool(pool: Pool, policy: AutoscalePolicy | GroupPolicies | None = 
         raise GpugeekError(
             f"pool '{pool.name}' is not a kubernetes pool owned by this kernel; autoscale it where it was launched"
         )
-    groups = [KubernetesWorkerGroup(pool.name, pool.spec.namespace, g) for g in pool.running.extra["worker_groups"]]
+    groups = [KubernetesWorkerGroup(pool.name, pool.spec.namespace, g) for g in pool.running.worker_groups]
     return adapt_groups(pool.cluster, groups, policy)

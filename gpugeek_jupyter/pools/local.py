@@ -231,6 +231,6 @@ class LocalBackend:
             scheduler_address=cluster.scheduler_address,
             dashboard_link=cluster.dashboard_link,
             cluster=cluster,
-            extra={"cuda_visible_devices": devices},
+            cuda_visible_devices=devices,
             security=security,
         )

@@ -634,7 +634,8 @@ class SlurmBackend:
             scheduler_address=cluster.scheduler_address,
             dashboard_link=cluster.dashboard_link,
             cluster=cluster,
-            extra={"slurm_jobs": cluster.job_ids, "slurm_folder": str(folder)},
+            job_folder=str(folder),
+            batch_jobs=cluster.job_ids,
             security=security,
         )
 
@@ -833,7 +834,7 @@ class SlurmJobWatcher(PoolLifecyclePlugin):
         detail = ENDED_HINTS.get(state.state) or (state.reason if state.reason not in ("None", "") else "")
         why = f"{state.state}, {detail}" if detail else state.state
         message = f"worker '{worker}' is gone: its Slurm job {state.job_id} ended ({why})"
-        folder = pool.running.extra.get("slurm_folder")
+        folder = pool.running.job_folder
         if state.state in ("FAILED", "COMPLETED", "OUT_OF_MEMORY") and folder:
             message += f", see {folder}/logs/{JOB_NAME_PREFIX}{pool.name}-{state.job_id}.err"
         from distributed.core import Status

@@ -75,7 +75,7 @@ def _configured_period() -> float:
 
 def _gpu_selection(pool: Pool) -> str:
     # a local GPU pool is dask-cuda: one worker per GPU, each listing its own GPU first
-    return "first" if pool.running.extra.get("cuda_visible_devices") else "visible"
+    return "first" if pool.running.cuda_visible_devices else "visible"
 
 
 def _register(pool: Pool, period: float, replace: bool) -> None:

@@ -104,7 +104,7 @@ def test_the_registry_records_spot_workers_as_spot_whatever_order_they_connect_i
         client=None,  # type: ignore[arg-type]  # the tracker reads only the workers it is given
         scheduler_address="tcp://risk-scheduler.team-risk:8786",
         dashboard_link=None,
-        extra={"pricing_of_worker": lambda name: pricing_of_worker(spec, name)},
+        pricing_of_worker=lambda name: pricing_of_worker(spec, name),
     )
     pool = Pool(record, running, PoolManager(registry), owned=True)
     tracker = _WorkerTracker(registry, pool)

@@ -30,7 +30,7 @@ def test_scancel_of_a_worker_mid_all_reduce_fails_the_job_naming_the_rank_and_th
 
     pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, backend="slurm", name="cancel")
     try:
-        jobs = pool.running.extra["slurm_jobs"]()
+        jobs = pool.running.batch_jobs()
         victim_worker, victim_job = sorted(jobs.items())[1]
         ranks = run_cell(pool, "import os\nint(os.environ['RANK'])", {})
         looping = threading.Event()
@@ -75,7 +75,7 @@ def test_a_budget_stop_cancels_every_slurm_job_of_the_pool(slurm: OneHostSlurm) 
 
     # 2 workers at USD 3600 per hour each: USD 2 a second, so a USD 4 budget is spent within seconds
     pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, backend="slurm", name="budget", price=3600, budget=4)
-    jobs = sorted(pool.running.extra["slurm_jobs"]().values())
+    jobs = sorted(pool.running.batch_jobs().values())
     assert len(jobs) == 2 and sorted(slurm.job_ids()) == jobs
     record = wait_for(
         lambda: pool.registry.pool_by_id(pool.id) if not pool.registry.pool_by_id(pool.id).status.is_live else None,

@@ -64,7 +64,7 @@ def test_a_two_worker_cpu_pool_is_two_slurm_jobs_that_run_a_ddp_cell_and_a_scrip
         assert sorted(state for _, state in jobs) == ["RUNNING", "RUNNING"]
         assert sorted(slurm_job_ids(pool.registry, pool.id)) == sorted(job_id for job_id, _ in jobs)
         assert pool.scheduler_address.startswith("tls://")  # the pool's own certificates, as local pools
-        folder = Path(pool.running.extra["slurm_folder"])
+        folder = Path(pool.running.job_folder)
         assert oct((folder / "tls" / "key.pem").stat().st_mode & 0o777) == "0o600"
 
         started = time.monotonic()
@@ -109,7 +109,7 @@ def test_gpu_workers_ask_slurm_for_one_gpu_each_and_own_the_one_it_assigns(slurm
     config.set_config(config.GpugeekConfig(slurm_gres={"T4": FAKE_GPU_TYPE}))  # the site's name for its GPUs
     pool = gpugeek_jupyter.launch(backend="slurm", gpu_type="T4", count=2, name="gpus")
     try:
-        for job_id in pool.running.extra["slurm_jobs"]().values():
+        for job_id in pool.running.batch_jobs().values():
             shown = slurm.run("scontrol", "show", "job", job_id).stdout
             assert f"gres/gpu:{FAKE_GPU_TYPE}=1" in shown or f"gpu:{FAKE_GPU_TYPE}:1" in shown, shown
         visible = pool.client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -163,7 +163,7 @@ def test_without_pool_tls_the_workers_speak_plain_tcp_and_get_no_credentials(
     pool = gpugeek_jupyter.launch(backend="slurm", count=1, name="plain")
     try:
         assert pool.scheduler_address.startswith("tcp://")
-        folder = Path(pool.running.extra["slurm_folder"])
+        folder = Path(pool.running.job_folder)
         assert not (folder / "tls").exists()
         assert pool.client.run(lambda: 1) and len(pool.worker_addresses()) == 1
     finally:
