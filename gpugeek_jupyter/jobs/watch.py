@@ -409,7 +409,11 @@ class AttemptWatch:
 
 
 def _primary_failure(reports: list[RankReport], arrival: list[int]) -> RankReport | None:
-    """The rank that caused the failure: the first to fail on its own, else the first that died."""
+    """The rank that caused the failure: the first to fail on its own, else the first that died.
+
+    Ranks that failed with the first one's very error are one cause, whichever answered first:
+    the lowest of them is named, so the same code fails with the same message every run.
+    """
     by_rank = {r.rank: r for r in reports}
     ordered = [by_rank[r] for r in arrival if r in by_rank]
     for candidates in (
@@ -419,7 +423,9 @@ def _primary_failure(reports: list[RankReport], arrival: list[int]) -> RankRepor
         [r for r in ordered if r.status == "killed"],
     ):
         if candidates:
-            return candidates[0]
+            first = candidates[0]
+            alike = [r for r in candidates if r.error == first.error] if first.error else [first]
+            return min(alike, key=lambda r: r.rank)
     return None
 
 
