@@ -9,11 +9,22 @@ ranks of one host are contiguous, exactly like ``torchrun`` started once per nod
 ...                       WorkerInfo("tcp://a:2", "2", "a")])
 >>> [(s.rank, s.host, s.local_rank, s.group_rank) for s in layout.slots]
 [(0, 'a', 0, 0), (1, 'a', 1, 0), (2, 'b', 0, 1)]
+
+Spot workers take the last ranks: the part of a job that a reclaim of spot capacity may take away is
+its tail, and rank 0 (``MASTER_ADDR``, the rendezvous store, the rank-0 checkpoint writer) and the
+ranks an elastic job keeps (``min_ranks``) sit on workers that stay. Hosts are ordered by how many
+spot workers they hold (fewest first), then as above; within a host, reserved and on-demand workers
+come before spot ones:
+
+>>> layout = plan_layout([WorkerInfo("tcp://a:1", "0", "a", "spot"), WorkerInfo("tcp://a:2", "1", "a"),
+...                       WorkerInfo("tcp://a:3", "2", "a")])
+>>> [(s.rank, s.name) for s in layout.slots]
+[(0, '1'), (1, '2'), (2, '0')]
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +40,11 @@ class WorkerInfo:
     address: str
     name: str
     host: str
+    pricing: str = "on_demand"  # spot, reserved or on_demand (see Pool.pricing_of)
+
+    @property
+    def spot(self) -> bool:
+        return self.pricing == "spot"
 
 
 @dataclass(frozen=True)
@@ -78,14 +94,18 @@ def _name_key(name: str) -> tuple[int, int, str]:
 
 
 def plan_layout(workers: Iterable[WorkerInfo]) -> Layout:
-    """Assign ranks: hosts in order of their first worker's name, workers by name within a host."""
-    ordered = sorted(workers, key=lambda w: (_name_key(w.name), w.address))
+    """Assign ranks: hosts with fewer spot workers first, then in order of their first worker's
+    name; within a host, workers that stay (reserved, on demand) before spot ones, then by name."""
+    ordered = sorted(workers, key=lambda w: (w.spot, _name_key(w.name), w.address))
     by_host: dict[str, list[WorkerInfo]] = {}
+    for worker in sorted(workers, key=lambda w: (_name_key(w.name), w.address)):
+        by_host.setdefault(worker.host, [])
     for worker in ordered:
-        by_host.setdefault(worker.host, []).append(worker)
+        by_host[worker.host].append(worker)
+    hosts = sorted(by_host.values(), key=lambda host_workers: sum(w.spot for w in host_workers))  # stable
     world_size = len(ordered)
     slots: list[RankSlot] = []
-    for group_rank, host_workers in enumerate(by_host.values()):
+    for group_rank, host_workers in enumerate(hosts):
         for local_rank, worker in enumerate(host_workers):
             slots.append(
                 RankSlot(
@@ -103,12 +123,17 @@ def plan_layout(workers: Iterable[WorkerInfo]) -> Layout:
     return Layout(tuple(slots))
 
 
-def workers_from_scheduler_info(workers: dict[str, dict[str, Any]]) -> list[WorkerInfo]:
-    """``WorkerInfo`` for each entry of ``client.scheduler_info()["workers"]``."""
+def workers_from_scheduler_info(
+    workers: dict[str, dict[str, Any]], pricing_of: Callable[[str, str], str] | None = None
+) -> list[WorkerInfo]:
+    """``WorkerInfo`` for each entry of ``client.scheduler_info()["workers"]``; ``pricing_of(address,
+    name)`` says how each is paid for (default: on demand)."""
     infos = []
     for address, info in workers.items():
         host = info.get("host") or _host_of(address)
-        infos.append(WorkerInfo(address=address, name=str(info.get("name", address)), host=str(host)))
+        name = str(info.get("name", address))
+        pricing = pricing_of(address, name) if pricing_of else "on_demand"
+        infos.append(WorkerInfo(address=address, name=name, host=str(host), pricing=pricing))
     return infos
 
 

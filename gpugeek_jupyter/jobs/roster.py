@@ -77,7 +77,7 @@ class WorkerRoster:
                     f"{heal_timeout:.0f} s; see its dashboard, or stop it and launch a new one"
                 )
             time.sleep(0.05)
-        layout = plan_layout(workers_from_scheduler_info(live))
+        layout = plan_layout(workers_from_scheduler_info(live, lambda _address, name: self.pool.pricing_of(name)))
         changed = self.layout is None or layout.slots != self.layout.slots
         if changed:
             self.transport.follow_removals(layout.addresses, self._removed)

@@ -361,7 +361,8 @@ def where_report(
         recorded = _recorded_running_job(registry, pool_id)
         return WhereReport(name, recorded, elapsed_s=time.monotonic() - started, unreachable=unreachable)
     recorded = _recorded_running_job(registry, pool_id)
-    return _assemble(name, workers, answers, recorded, timeout, time.monotonic() - started)
+    pricing = _recorded_pricing(registry, pool_id)
+    return _assemble(name, workers, answers, recorded, timeout, time.monotonic() - started, pricing)
 
 
 def _pool_facts(pool: str | PoolRecord | Any, registry: Registry) -> tuple[str, str, int | None]:
@@ -427,6 +428,14 @@ def _recorded_running_job(registry: Registry, pool_id: int | None) -> str | None
     return running[0].id if running else None
 
 
+def _recorded_pricing(registry: Registry, pool_id: int | None) -> dict[str, str]:
+    """How each connected worker is paid for, as its open cost interval records it (the rank
+    layout puts spot workers last; a silent worker's rank is guessed from it)."""
+    if pool_id is None:
+        return {}
+    return {w.address: w.pricing for w in registry.open_worker_intervals([pool_id]) if w.address}
+
+
 def _assemble(
     pool: str,
     workers: Mapping[str, Mapping[str, Any]],
@@ -434,6 +443,7 @@ def _assemble(
     recorded_job: str | None,
     timeout: float,
     elapsed: float,
+    pricing: Mapping[str, str] | None = None,
 ) -> WhereReport:
     """The report from the workers' answers: the job most of them run (or, when none that answered
     runs one, the job the registry has running), its ranks, and ranks for the silent workers."""
@@ -454,7 +464,11 @@ def _assemble(
             world_size = world_size or answer.get("world_size")
         else:
             idle.append(address)
-    layout = plan_layout(workers_from_scheduler_info({a: dict(workers[a]) for a in workers}))
+    layout = plan_layout(
+        workers_from_scheduler_info(
+            {a: dict(workers[a]) for a in workers}, lambda address, _name: (pricing or {}).get(address, "on_demand")
+        )
+    )
     size = int(world_size or len(entries) + len(silent))
     free = [r for r in range(size) if r not in entries]
     for address in sorted(silent, key=lambda a: layout.slot_of(a).rank):

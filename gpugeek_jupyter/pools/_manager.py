@@ -77,11 +77,7 @@ class _WorkerTracker:
             if address in self.open_intervals:
                 continue
             name = info.get("name")
-            index = int(str(name)) if isinstance(name, int) or str(name).isdigit() else len(self.open_intervals)
-            # a backend whose workers belong to named groups (kubernetes: spot/default) prices by group
-            pricing_of = self.pool.running.pricing_of_worker
-            group_pricing = pricing_of(str(name)) if pricing_of else None
-            self.pricing[address] = group_pricing or self.pool.spec.pricing_of_worker(index)
+            self.pricing[address] = self.pool.pricing_of(str(name), index=len(self.open_intervals))
             self.open_intervals[address] = self.registry.open_worker_interval(
                 self.pool.id,
                 worker_name=str(name),

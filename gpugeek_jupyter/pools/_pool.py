@@ -100,6 +100,20 @@ class Pool:
     def usd_per_hour(self) -> float:
         return hourly_rate(self.spec, self._record.prices)
 
+    def pricing_of(self, worker_name: str, index: int | None = None) -> str:
+        """How the worker named ``worker_name`` is paid for: ``spot``, ``reserved`` or ``on_demand``.
+
+        A backend whose workers belong to priced groups (kubernetes: spot / default) answers by
+        group; otherwise the spec's mix decides by the worker's index (its name, when a number, else
+        ``index``): the first ``spot_workers`` are spot. The one source of this fact, for the cost
+        intervals and for the rank layout.
+        """
+        group_pricing = self._running.pricing_of_worker(worker_name) if self._running.pricing_of_worker else None
+        if group_pricing:
+            return group_pricing
+        position = int(worker_name) if worker_name.isdigit() else index
+        return self.spec.pricing_of_worker(position) if position is not None else self.spec.base_pricing
+
     def worker_addresses(self) -> list[str]:
         """Connected workers in rank order (by dask worker name, then address)."""
         workers = self.client.scheduler_info(n_workers=-1).get("workers", {})

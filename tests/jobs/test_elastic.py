@@ -92,3 +92,29 @@ def test_min_ranks_needs_restarts_and_a_whole_number(pool: Any) -> None:
         with pytest.raises(SpecError) as error:
             run_cell(pool, "rank", {}, **options)
         assert "min_ranks" in str(error.value) and words in str(error.value), str(error.value)
+
+
+def test_spot_workers_take_the_last_ranks_so_a_reclaim_takes_the_tail() -> None:
+    import gpugeek_jupyter
+
+    pool = gpugeek_jupyter.launch(gpu_type="cpu", count=4, name="mixed", spot_fraction=0.5)
+    try:
+        intervals = pool.registry.open_worker_intervals([pool.id])
+        deadline = time.monotonic() + 30
+        while len(intervals) < 4 and time.monotonic() < deadline:  # housekeeping opens them
+            time.sleep(0.2)
+            intervals = pool.registry.open_worker_intervals([pool.id])
+        assert {w.worker_name: w.pricing for w in intervals} == {
+            "0": "spot",
+            "1": "spot",
+            "2": "on_demand",
+            "3": "on_demand",
+        }, intervals
+        by_pid = {w.pid: w for w in intervals}
+        result = run_cell(pool, "import os\nos.getpid()", {})  # each rank runs in its worker's process
+        assert result.ok, result.report()
+        # rank 0 (MASTER_ADDR, the store) and the ranks an elastic job keeps are on workers that stay
+        assert [by_pid[pid].pricing for pid in result.values] == ["on_demand", "on_demand", "spot", "spot"]
+        assert [by_pid[pid].worker_name for pid in result.values] == ["2", "3", "0", "1"], result.values
+    finally:
+        pool.stop()

@@ -152,3 +152,29 @@ def test_job_env_accepts_strings_and_numbers_and_refuses_launcher_variables() ->
             check_job_env({name: "1"})
     with pytest.raises(JobEnvError, match="mapping"):
         check_job_env(["A=1"])  # type: ignore[arg-type]
+
+
+def test_spot_workers_take_the_last_ranks_on_each_host_and_spot_heavy_hosts_go_last() -> None:
+    workers = [
+        WorkerInfo("tcp://a:1", "0", "a", "spot"),
+        WorkerInfo("tcp://a:2", "1", "a", "reserved"),
+        WorkerInfo("tcp://b:1", "2", "b", "reserved"),
+        WorkerInfo("tcp://b:2", "3", "b", "reserved"),
+        WorkerInfo("tcp://c:1", "4", "c", "spot"),
+        WorkerInfo("tcp://c:2", "5", "c", "spot"),
+    ]
+    layout = plan_layout(workers)
+    assert [(s.host, s.name) for s in layout.slots] == [
+        ("b", "2"),
+        ("b", "3"),
+        ("a", "1"),
+        ("a", "0"),
+        ("c", "4"),
+        ("c", "5"),
+    ]
+    assert [s.group_rank for s in layout.slots] == [0, 0, 1, 1, 2, 2]  # each host's ranks stay contiguous
+    assert [s.local_rank for s in layout.slots] == [0, 1, 0, 1, 0, 1]
+
+
+def test_a_pool_without_spot_workers_keeps_the_order_by_name() -> None:
+    assert [s.name for s in plan_layout(_workers(("1", "a"), ("0", "a"), ("2", "a"))).slots] == ["0", "1", "2"]
