@@ -26,10 +26,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .checkpoint_dir import CheckpointDir, CheckpointPath
 
 if TYPE_CHECKING:
     from .parallel import Pipeline
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AMP_DTYPES = ("bf16", "fp16")
-_CHECKPOINT_NAME = re.compile(r"^step-(\d+)\.pt$")
 
 
 class Helpers:
@@ -331,7 +330,8 @@ class Helpers:
         """Checkpoints of ``model``/``optimizer``/step in ``directory``, resumed from the newest now.
 
         Every rank must call it (and ``save``) at the same point; the directory must be visible to
-        every rank (one machine, or a shared filesystem). By default rank 0 writes one file
+        every rank: one machine, a shared filesystem, or an fsspec URL such as ``s3://bucket/run``
+        (see :mod:`.checkpoint_dir`). By default rank 0 writes one file
         (``step-<n>.pt``; an FSDP model is gathered to it). ``sharded=True`` writes each rank's own
         shards with ``torch.distributed.checkpoint`` (``step-<n>/``), which load at another world
         size or mesh; ``asynchronous=True`` (sharded only) writes them in the background while
@@ -377,9 +377,10 @@ class Checkpoint:
         rank: int = 0,
         loader: Any = None,
     ) -> None:
-        if keep < 1:
-            raise ValueError(f"keep must be at least 1, got {keep} (e.g. keep=3)")
-        self.directory = Path(directory)
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep!r} (e.g. keep=3)")
+        self.store = CheckpointDir(directory, sharded=False)
+        self.directory: CheckpointPath = self.store.local if self.store.local is not None else self.store.location
         self.model = model
         self.optimizer = optimizer
         self.keep = keep
@@ -387,28 +388,29 @@ class Checkpoint:
         self.loader = loader
         self.step = 0
         self.extra: dict[str, Any] = {}
-        self.path: Path | None = None  # the file loaded or saved last
+        self.path: CheckpointPath | None = None  # the file loaded or saved last
+        if self.rank == 0:
+            for name in self.store.unfinished():
+                self.store.remove(name)
 
     def __repr__(self) -> str:
-        return f"<Checkpoint {str(self.directory)!r} step={self.step}>"
+        return f"<Checkpoint {self.store.location!r} step={self.step}>"
 
-    def newest(self) -> Path | None:
+    def newest(self) -> CheckpointPath | None:
         """The checkpoint with the highest step in the directory (temporary files are ignored)."""
-        if not self.directory.is_dir():
-            return None
-        found = [(int(m.group(1)), p) for p in self.directory.iterdir() if (m := _CHECKPOINT_NAME.match(p.name))]
-        return max(found)[1] if found else None
+        name = self.store.newest()
+        return self.store.path(name) if name else None
 
     def load(self) -> int:
         """Load the newest checkpoint into the model and optimizer; the step to continue from."""
         import torch
 
-        newest = self.newest()
-        name = _agree(newest.name if newest else None)  # rank 0 decides, so every rank loads the same one
+        name = _agree(self.store.newest())  # rank 0 decides, so every rank loads the same one
         if name is None:
             return self.step
-        path = self.directory / name
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        path = self.store.path(name)
+        with self.store.open_file(name) as f:
+            state = torch.load(f, map_location="cpu", weights_only=True)
         _load_states(self.model, self.optimizer, state)
         self.step = int(state.get("step", 0))
         self.extra = dict(state.get("extra", {}))
@@ -418,7 +420,7 @@ class Checkpoint:
         log.info("resumed from %s (step %d)", path, self.step)
         return self.step
 
-    def save(self, step: int, **extra: Any) -> Path:
+    def save(self, step: int, **extra: Any) -> CheckpointPath:
         """Save model, optimizer, ``step`` and ``extra`` as ``step-<step>.pt``; every rank must call it."""
         import torch
 
@@ -426,16 +428,10 @@ class Checkpoint:
         state.update(step=int(step), extra=extra)
         if self.loader is not None:
             state["loader"] = self.loader.state_dict()
-        final = self.directory / f"step-{int(step):09d}.pt"
+        final = self.store.path(self.store.name_of(step))
         if self.rank == 0:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            temporary = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-            with open(temporary, "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temporary, final)  # readers see the old file or the whole new one
-            self._prune()
+            self.store.write_file(step, lambda f: torch.save(state, f))  # its name is only ever whole
+            self.store.prune(self.keep)
         if _distributed():
             import torch.distributed as dist
 
@@ -443,15 +439,9 @@ class Checkpoint:
         self.step, self.extra, self.path = int(step), extra, final
         return final
 
-    def wait(self) -> Path | None:
+    def wait(self) -> CheckpointPath | None:
         """Nothing to wait for: ``save`` writes in place (as the sharded checkpoint's ``wait``, so code can switch)."""
         return None
-
-    def _prune(self) -> None:
-        found = sorted((int(m.group(1)), p) for p in self.directory.iterdir() if (m := _CHECKPOINT_NAME.match(p.name)))
-        for _, old in found[: -self.keep]:
-            with contextlib.suppress(OSError):
-                old.unlink()
 
 
 def _distributed() -> bool:

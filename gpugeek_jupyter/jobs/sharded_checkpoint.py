@@ -6,14 +6,12 @@ whole model. A checkpoint loads at another world size or mesh: DCP reads, for ea
 of the saved shards that its new shards cover (save on 4 ranks, resume on 2, or on 2 x 2 after 4 x 1).
 
 Layout: ``<dir>/step-<n>/`` holds DCP's ``.metadata`` and a ``__<rank>_0.distcp`` file per writing
-rank. A save writes into ``<dir>/.step-<n>.partial-<token>/`` and rank 0 renames it once DCP has
-written the metadata, which it does after every rank's files are written: a directory named
-``step-<n>`` is always whole, and an interrupted save leaves only a partial one, which is ignored
-(and removed by the next ``gg.checkpoint`` on that directory).
+rank; an interrupted save is never taken for a whole one (see :mod:`.checkpoint_dir`).
 
-The directory must be one path that every rank sees: a local directory when the pool is on one
-machine, else a shared filesystem (NFS, a Kubernetes ``ReadWriteMany`` PVC mounted at the same path
-in every worker pod).
+The location must be one that every rank sees: a local directory when the pool is on one machine,
+else a shared filesystem (NFS, a Kubernetes ``ReadWriteMany`` PVC mounted at the same path in every
+worker pod), or an fsspec URL (``s3://bucket/run``; the worker image needs the filesystem's
+package, e.g. ``s3fs``, and its credentials).
 
 With ``asynchronous=True``, ``save`` returns once the state is copied to CPU memory and the files are
 written by a background thread (``dcp.async_save``) over a gloo group of its own, so training's
@@ -27,21 +25,16 @@ import contextlib
 import io
 import logging
 import os
-import re
-import shutil
 import threading
 import uuid
 import warnings
 import weakref
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
+from .checkpoint_dir import CheckpointDir, CheckpointPath
 
-_STEP_DIR = re.compile(r"^step-(\d+)$")
-_PARTIAL_DIR = re.compile(r"^\.step-\d+\.(partial|old)-[0-9a-f]+$")
-METADATA = ".metadata"
+log = logging.getLogger(__name__)
 
 # One gloo group per process group for checkpoint traffic (see the module docstring).
 _GROUPS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -69,7 +62,8 @@ class ShardedCheckpoint:
     ) -> None:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep!r} (e.g. keep=3)")
-        self.directory = Path(directory)
+        self.store = CheckpointDir(directory, sharded=True)
+        self.directory: CheckpointPath = self.store.local if self.store.local is not None else self.store.location
         self.model = model
         self.optimizer = optimizer
         self.keep = keep
@@ -78,32 +72,24 @@ class ShardedCheckpoint:
         self.loader = loader
         self.step = 0
         self.extra: dict[str, Any] = {}
-        self.path: Path | None = None  # the checkpoint loaded or saved last
+        self.path: CheckpointPath | None = None  # the checkpoint loaded or saved last
         self._pending: _PendingSave | None = None
-        for earlier in list(_IN_FLIGHT.get(_key(self.directory), ())):
+        for earlier in list(_IN_FLIGHT.get(self.store.key, ())):
             earlier.wait()
         if self.rank == 0:
-            self._remove_partials()
+            for name in self.store.unfinished():
+                log.info("removing %s, left by a save that did not finish", self.store.path(name))
+                self.store.remove(name)
 
     def __repr__(self) -> str:
         pending = ", saving" if self._pending is not None else ""
-        return f"<ShardedCheckpoint {str(self.directory)!r} step={self.step}{pending}>"
+        return f"<ShardedCheckpoint {self.store.location!r} step={self.step}{pending}>"
 
     # -- finding ---------------------------------------------------------------------------------
-    def newest(self) -> Path | None:
+    def newest(self) -> CheckpointPath | None:
         """The whole checkpoint with the highest step (partial saves are ignored)."""
-        found = self._complete()
-        return found[-1][1] if found else None
-
-    def _complete(self) -> list[tuple[int, Path]]:
-        if not self.directory.is_dir():
-            return []
-        found = []
-        for path in self.directory.iterdir():
-            match = _STEP_DIR.match(path.name)
-            if match and (path / METADATA).is_file():
-                found.append((int(match.group(1)), path))
-        return sorted(found)
+        name = self.store.newest()
+        return self.store.path(name) if name else None
 
     # -- loading ---------------------------------------------------------------------------------
     def load(self) -> int:
@@ -113,11 +99,10 @@ class ShardedCheckpoint:
 
         from .helpers import _agree
 
-        newest = self.newest()
-        name = _agree(newest.name if newest else None)  # rank 0 decides, so every rank loads the same one
+        name = _agree(self.store.newest())  # rank 0 decides, so every rank loads the same one
         if name is None:
             return self.step
-        path = self.directory / name
+        path = self.store.path(name)
         state = self._state(for_loading=True)
         group = checkpoint_group()
         with _one_process_quietly(group):
@@ -133,7 +118,7 @@ class ShardedCheckpoint:
         return self.step
 
     # -- saving ----------------------------------------------------------------------------------
-    def save(self, step: int, asynchronous: bool | None = None, **extra: Any) -> Path:
+    def save(self, step: int, asynchronous: bool | None = None, **extra: Any) -> CheckpointPath:
         """Save as ``step-<step>/``; every rank must call it. Returns the directory it will have.
 
         ``asynchronous`` (default: the checkpoint's) returns once the state is staged in memory; the
@@ -145,19 +130,22 @@ class ShardedCheckpoint:
 
         self.wait()  # one save in flight at a time, in order
         background = self.asynchronous if asynchronous is None else asynchronous
-        final = self.directory / f"step-{int(step):09d}"
-        token = _agree(uuid.uuid4().hex[:12])  # the same partial directory on every rank
-        partial = self.directory / f".{final.name}.partial-{token}"
+        token = uuid.uuid4().hex[:12]
         if self.rank == 0:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self.store.make()
+            self.store.clear_for(step)
+        token = _agree(token)  # the same staging directory on every rank, once rank 0 has made room
+        staging = self.store.staging(step, token)
+        final = self.store.path(self.store.name_of(step))
+        partial = str(self.store.path(staging))  # what DCP writes; a URL goes through its fsspec storage
         state = self._state(for_loading=False, step=step, extra=extra)
         group = checkpoint_group()
-        pending = _PendingSave(self, partial, final, token)
+        pending = _PendingSave(self, staging, int(step), token)
         if background:
             future = dcp.async_save(state, checkpoint_id=str(partial), process_group=group, no_dist=group is None)
             pending.future = getattr(future, "upload_completion", future)  # an AsyncSaveResponse or a Future
             self._pending = pending
-            _IN_FLIGHT.setdefault(_key(self.directory), []).append(self)
+            _IN_FLIGHT.setdefault(self.store.key, []).append(self)
             if self.rank == 0:
                 pending.future.add_done_callback(lambda done: pending.finish(done.exception()))
         else:
@@ -169,7 +157,7 @@ class ShardedCheckpoint:
         self.step, self.extra, self.path = int(step), extra, final
         return final
 
-    def wait(self) -> Path | None:
+    def wait(self) -> CheckpointPath | None:
         """Wait for a save still being written; the checkpoint it made (``None`` if none was pending).
 
         Raises what the background save raised. Every rank must call it.
@@ -178,7 +166,7 @@ class ShardedCheckpoint:
         if pending is None:
             return None
         with contextlib.suppress(ValueError):
-            _IN_FLIGHT.get(_key(self.directory), []).remove(self)
+            _IN_FLIGHT.get(self.store.key, []).remove(self)
         error = None
         try:
             assert pending.future is not None
@@ -189,8 +177,8 @@ class ShardedCheckpoint:
             pending.finish(error)
         _barrier(checkpoint_group())
         if error is not None:
-            raise RuntimeError(f"the checkpoint of step {pending.final.name} could not be written: {error}") from error
-        return pending.final
+            raise RuntimeError(f"the checkpoint of step {pending.step} could not be written: {error}") from error
+        return self.store.path(self.store.name_of(pending.step))
 
     # -- state -----------------------------------------------------------------------------------
     def _state(self, for_loading: bool, step: int = 0, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -228,27 +216,14 @@ class ShardedCheckpoint:
             optim_state_dict=state.get("optimizer", {}) if self.optimizer is not None else {},
         )
 
-    # -- tidying (rank 0) ------------------------------------------------------------------------
-    def _remove_partials(self) -> None:
-        if not self.directory.is_dir():
-            return
-        for path in self.directory.iterdir():
-            if _PARTIAL_DIR.match(path.name):
-                log.info("removing %s, left by a save that did not finish", path)
-                shutil.rmtree(path, ignore_errors=True)
-
-    def _prune(self) -> None:
-        for _, old in self._complete()[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
-
 
 class _PendingSave:
-    """One save on its way: rank 0 gives the partial directory its name when it is whole."""
+    """One save on its way: rank 0 makes it whole (its name, see :mod:`.checkpoint_dir`) when DCP is done."""
 
-    def __init__(self, owner: ShardedCheckpoint, partial: Path, final: Path, token: str) -> None:
+    def __init__(self, owner: ShardedCheckpoint, staging: str, step: int, token: str) -> None:
         self.owner = owner
-        self.partial = partial
-        self.final = final
+        self.staging = staging
+        self.step = step
         self.token = token
         self.future: Any = None
         self._lock = threading.Lock()
@@ -260,20 +235,14 @@ class _PendingSave:
             if self._finished:
                 return
             self._finished = True
-            if error is not None or not (self.partial / METADATA).is_file():
-                log.warning("the checkpoint %s was not written (%s); the newest whole one stays", self.final, error)
-                shutil.rmtree(self.partial, ignore_errors=True)
+            store = self.owner.store
+            if error is not None:
+                store.remove(self.staging)
+            if error is not None or not store.commit(self.staging, self.step, self.token):
+                final = store.path(store.name_of(self.step))
+                log.warning("the checkpoint %s was not written (%s); the newest whole one stays", final, error)
                 return
-            old = self.final.with_name(f".{self.final.name}.old-{self.token}")
-            if self.final.exists():  # saved at this step before: swap, so a whole one is always there
-                os.replace(self.final, old)
-            os.replace(self.partial, self.final)
-            shutil.rmtree(old, ignore_errors=True)
-            self.owner._prune()
-
-
-def _key(directory: Path) -> str:
-    return str(directory.resolve())
+            store.prune(self.owner.keep)
 
 
 def checkpoint_group() -> Any:

@@ -147,11 +147,17 @@ FSDP_ONLY = "torch.manual_seed(1)\nmesh = gg.mesh(dp=world_size)\nmodel = gg.fsd
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["save", "async_save"])
+@pytest.mark.parametrize(
+    ("asynchronous", "as_url"), [(False, False), (True, False), (False, True)], ids=["save", "async_save", "fsspec_url"]
+)
 def test_a_checkpoint_saved_on_4_ranks_loads_on_2_with_bit_identical_parameters(
-    pool4: Any, pool: Any, tmp_path: Path, asynchronous: bool
+    pool4: Any, pool: Any, tmp_path: Path, asynchronous: bool, as_url: bool
 ) -> None:
+    # as_url: the location as an fsspec URL (file://, fsspec's local filesystem), the path an object
+    # store takes: DCP writes through its fsspec storage, each step in place, whole with its .metadata
     namespace = notebook(tmp_path, asynchronous=asynchronous)
+    if as_url:
+        namespace["directory"] = tmp_path.as_uri()
     saved = run_cell(pool4, FSDP_BY_TP + TRAIN, namespace, rank0=True)
     assert saved.ok, saved.report()
     resumed_at, step, position, (model_state, optim_state) = saved.values[0]
@@ -263,3 +269,58 @@ def test_asynchronous_needs_sharded() -> None:
         "asynchronous=True needs sharded=True: the rank-0 checkpoint is written in place "
         "(e.g. gg.checkpoint(directory, model=model, sharded=True, asynchronous=True))"
     )
+
+
+# -- an fsspec location, in one process: fsspec's in-memory filesystem, as an object store behaves
+# (no rename of a directory; objects appear whole when closed) -------------------------------------
+@pytest.fixture
+def memory_url() -> Iterator[str]:
+    import fsspec
+
+    url = f"memory://checkpoints-{os.getpid()}-{id(object())}"
+    yield url
+    fs = fsspec.filesystem("memory")
+    if fs.exists(url):
+        fs.rm(url, recursive=True)
+
+
+@pytest.mark.parametrize("sharded", [True, False], ids=["sharded", "rank0"])
+def test_checkpoints_at_an_fsspec_url_resume_keep_the_newest_and_ignore_an_unfinished_save(
+    memory_url: str, sharded: bool
+) -> None:
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    model = _model()
+    ckpt = Helpers().checkpoint(memory_url, model=model, sharded=sharded, keep=2)
+    for step in (1, 2, 3):
+        saved = ckpt.save(step, note=f"step {step}")
+    suffix = "" if sharded else ".pt"
+    assert saved == f"{memory_url.replace('memory://', 'memory:///')}/step-000000003{suffix}"
+    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(memory_url, detail=False))
+    assert names == [f"step-000000002{suffix}", f"step-000000003{suffix}"]
+    # a save that did not finish: DCP's shards without its .metadata (sharded), a temporary object (rank 0)
+    if sharded:
+        fs.pipe(f"{memory_url}/step-000000009/__0_0.distcp", b"half")
+    else:
+        fs.pipe(f"{memory_url}/.step-000000009.pt.tmp-0123abcd", b"half")
+    with torch.no_grad():
+        model.weight.fill_(5.0)
+    fresh = torch.nn.Linear(4, 2)
+    resumed = Helpers().checkpoint(memory_url, model=fresh, sharded=sharded)
+    assert resumed.step == 3 and resumed.extra == {"note": "step 3"}
+    assert torch.equal(fresh.weight, _model().weight)  # the saved values, not the 5.0 set after
+    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(memory_url, detail=False))
+    assert names == [f"step-000000002{suffix}", f"step-000000003{suffix}"], names  # the unfinished one removed
+
+
+def test_a_sharded_step_saved_again_at_an_fsspec_url_is_replaced(memory_url: str) -> None:
+    model = _model()
+    ckpt = Helpers().checkpoint(memory_url, model=model, sharded=True)
+    ckpt.save(1)
+    with torch.no_grad():
+        model.weight.fill_(7.0)
+    ckpt.save(1, note="again")
+    fresh = torch.nn.Linear(4, 2)
+    resumed = Helpers().checkpoint(memory_url, model=fresh, sharded=True)
+    assert resumed.step == 1 and resumed.extra == {"note": "again"} and bool((fresh.weight == 7.0).all())
