@@ -84,3 +84,59 @@ def discover_gpus() -> GpuDiscovery:
             pynvml.nvmlShutdown()
         except Exception as e:
             log.debug("nvmlShutdown failed: %s", e)
+
+
+@dataclass(frozen=True)
+class GpuLinks:
+    """How one GPU is wired to the others of its machine over NVLink, as NVML reports it."""
+
+    bus_id: str  # its PCI bus id, e.g. '00000000:18:00.0'
+    peers: frozenset[str]  # the bus ids of the GPUs its active NVLinks reach directly
+    switch: bool  # its NVLinks reach an NVSwitch: every GPU on the switch is one hop away
+
+
+def _bus_id(pci: object) -> str:
+    value = getattr(pci, "busId", b"")
+    return (value.decode() if isinstance(value, bytes) else str(value)).upper()
+
+
+def gpu_links(entry: str) -> GpuLinks | None:
+    """The NVLink wiring of the GPU that ``entry`` names (an index in NVML's order, or a UUID, as
+    in ``CUDA_VISIBLE_DEVICES``); None without NVML, such a GPU, or NVLink. Never raises."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        if entry.isdigit():
+            handle = pynvml.nvmlDeviceGetHandleByIndex(int(entry))
+        else:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(entry)
+        bus_id = _bus_id(pynvml.nvmlDeviceGetPciInfo(handle))
+        peers: set[str] = set()
+        switch = False
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                if pynvml.nvmlDeviceGetNvLinkState(handle, link) != pynvml.NVML_FEATURE_ENABLED:
+                    continue
+                kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+            except Exception:  # past the GPU's last link, or NVLink unsupported: NVML_ERROR_NOT_SUPPORTED
+                continue
+            if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
+                switch = True
+            elif kind == pynvml.NVML_NVLINK_DEVICE_TYPE_GPU:
+                peers.add(_bus_id(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link)))
+        peers.discard(bus_id)
+        return GpuLinks(bus_id=bus_id, peers=frozenset(peers), switch=switch)
+    except Exception as e:
+        log.debug("NVLink of GPU %s: %s", entry, nvml_failure_reason(e))
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception as e:
+            log.debug("nvmlShutdown failed: %s", e)

@@ -14,7 +14,10 @@ Spot workers take the last ranks: the part of a job that a reclaim of spot capac
 its tail, and rank 0 (``MASTER_ADDR``, the rendezvous store, the rank-0 checkpoint writer) and the
 ranks an elastic job keeps (``min_ranks``) sit on workers that stay. Hosts are ordered by how many
 spot workers they hold (fewest first), then as above; within a host, reserved and on-demand workers
-come before spot ones:
+come before spot ones; and among those, GPUs joined by NVLink are neighbouring ranks, when their
+workers report the wiring (:func:`gpugeek_jupyter.nvml.gpu_links`), so that a ``tp`` group of
+neighbouring ranks (``gg.mesh``) talks over NVLink; behind an NVSwitch every GPU is one hop from every
+other, and the order by name stays:
 
 >>> layout = plan_layout([WorkerInfo("tcp://a:1", "0", "a", "spot"), WorkerInfo("tcp://a:2", "1", "a"),
 ...                       WorkerInfo("tcp://a:3", "2", "a")])
@@ -24,11 +27,12 @@ come before spot ones:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..devices import cuda_visible_devices
+from ..nvml import GpuLinks
 
 __all__ = ["Layout", "RankSlot", "WorkerInfo", "cuda_visible_devices", "plan_layout", "workers_from_scheduler_info"]
 
@@ -41,6 +45,7 @@ class WorkerInfo:
     name: str
     host: str
     pricing: str = "on_demand"  # spot, reserved or on_demand (see Pool.pricing_of)
+    links: GpuLinks | None = None  # its GPU's NVLink wiring, when the worker has a GPU and NVML says
 
     @property
     def spot(self) -> bool:
@@ -102,6 +107,10 @@ def plan_layout(workers: Iterable[WorkerInfo]) -> Layout:
         by_host.setdefault(worker.host, [])
     for worker in ordered:
         by_host[worker.host].append(worker)
+    for host, host_workers in by_host.items():
+        by_host[host] = _by_links([w for w in host_workers if not w.spot]) + _by_links(
+            [w for w in host_workers if w.spot]
+        )
     hosts = sorted(by_host.values(), key=lambda host_workers: sum(w.spot for w in host_workers))  # stable
     world_size = len(ordered)
     slots: list[RankSlot] = []
@@ -123,17 +132,53 @@ def plan_layout(workers: Iterable[WorkerInfo]) -> Layout:
     return Layout(tuple(slots))
 
 
+def _by_links(workers: list[WorkerInfo]) -> list[WorkerInfo]:
+    """One host's ``workers`` (in order by name) reordered so that each is followed, where it can
+    be, by a GPU its NVLinks reach: a walk along the links from the first worker not yet placed.
+    Unchanged unless every worker reports its wiring and some GPUs are linked and some not."""
+    if len(workers) < 3 or any(w.links is None for w in workers):
+        return workers  # two workers: one order is as good as the other
+    by_bus = {w.links.bus_id: w.address for w in workers if w.links is not None}
+    on_switch = {w.address for w in workers if w.links is not None and w.links.switch}
+    linked: dict[str, set[str]] = {w.address: set() for w in workers}
+    for worker in workers:
+        assert worker.links is not None
+        for bus_id in worker.links.peers:
+            if bus_id in by_bus:  # links are both ways, whichever side reported them
+                linked[worker.address].add(by_bus[bus_id])
+                linked[by_bus[bus_id]].add(worker.address)
+        if worker.address in on_switch:
+            linked[worker.address] |= on_switch - {worker.address}
+    pairs = sum(len(peers) for peers in linked.values()) // 2
+    if pairs == 0 or pairs == len(workers) * (len(workers) - 1) // 2:
+        return workers  # no NVLink, or every GPU linked to every other: the order by name stays
+    order: list[WorkerInfo] = []
+    left = list(workers)
+    while left:
+        current = left.pop(0)
+        order.append(current)
+        while (step := next((w for w in left if w.address in linked[current.address]), None)) is not None:
+            left.remove(step)
+            order.append(step)
+            current = step
+    return order
+
+
 def workers_from_scheduler_info(
-    workers: dict[str, dict[str, Any]], pricing_of: Callable[[str, str], str] | None = None
+    workers: dict[str, dict[str, Any]],
+    pricing_of: Callable[[str, str], str] | None = None,
+    links: Mapping[str, GpuLinks | None] | None = None,
 ) -> list[WorkerInfo]:
     """``WorkerInfo`` for each entry of ``client.scheduler_info()["workers"]``; ``pricing_of(address,
-    name)`` says how each is paid for (default: on demand)."""
+    name)`` says how each is paid for (default: on demand), ``links`` each GPU's NVLink wiring by
+    worker address."""
     infos = []
     for address, info in workers.items():
         host = info.get("host") or _host_of(address)
         name = str(info.get("name", address))
         pricing = pricing_of(address, name) if pricing_of else "on_demand"
-        infos.append(WorkerInfo(address=address, name=name, host=str(host), pricing=pricing))
+        wiring = (links or {}).get(address)
+        infos.append(WorkerInfo(address=address, name=name, host=str(host), pricing=pricing, links=wiring))
     return infos
 
 

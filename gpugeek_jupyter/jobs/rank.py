@@ -519,6 +519,15 @@ def _own_gpu() -> str | None:
     return _runtime.own_gpu or None
 
 
+def gpu_links() -> Any:
+    """The NVLink wiring of this worker's own GPU (a :class:`gpugeek_jupyter.nvml.GpuLinks`; None
+    without one), for the rank layout: GPUs joined by NVLink become neighbouring ranks."""
+    from ..nvml import gpu_links as links_of
+
+    own = _own_gpu()
+    return links_of(own) if own else None
+
+
 def _device(slot: RankSlot) -> Any:
     import torch
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import JobFailedError
+from ..nvml import GpuLinks
 from .layout import Layout, plan_layout, workers_from_scheduler_info
 from .transport import PoolTransport
 
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 LAYOUT_FRESH_S = 2.0  # the worker list is re-read when older than this, or after a failure
 RESTART_TIMEOUT_S = 20.0  # a worker being restarted is ended outright if it has not stopped by then
+LINKS_TIMEOUT_S = 3.0  # a GPU worker that does not say its NVLink wiring by then is placed by name
 DEAD_FORGET_S = 15.0  # an ended worker still listed this long after is taken as alive after all
 
 
@@ -40,6 +42,7 @@ class WorkerRoster:
         # workers ended or lost (address -> when): the scheduler must drop them before the next job
         self.dead: dict[str, float] = {}
         self._restarting: concurrent.futures.Future[None] | None = None
+        self._links: dict[str, GpuLinks | None] = {}  # worker address -> its GPU's NVLink wiring
 
     def ready_layout(self, min_ranks: int | None = None) -> tuple[Layout, bool]:
         """The pool's workers as ranks, and whether they changed since the last call; waits for lost
@@ -77,12 +80,32 @@ class WorkerRoster:
                     f"{heal_timeout:.0f} s; see its dashboard, or stop it and launch a new one"
                 )
             time.sleep(0.05)
-        layout = plan_layout(workers_from_scheduler_info(live, lambda _address, name: self.pool.pricing_of(name)))
+        layout = plan_layout(
+            workers_from_scheduler_info(
+                live, lambda _address, name: self.pool.pricing_of(name), links=self._gpu_links(list(live))
+            )
+        )
         changed = self.layout is None or layout.slots != self.layout.slots
         if changed:
             self.transport.follow_removals(layout.addresses, self._removed)
         self.layout, self._checked_at = layout, time.monotonic()
         return layout, changed
+
+    def _gpu_links(self, addresses: list[str]) -> dict[str, GpuLinks | None]:
+        """Each GPU worker's NVLink wiring (asked once per worker; a cpu pool has none)."""
+        from ..catalog import CPU
+        from .rank import gpu_links
+
+        if self.pool.spec.gpu_type == CPU:
+            return {}
+        unknown = [a for a in addresses if a not in self._links]
+        if unknown:
+            answers = self.transport.ask(gpu_links, unknown, timeout=LINKS_TIMEOUT_S)
+            for address in unknown:
+                answer = answers.get(address)
+                self._links[address] = answer if isinstance(answer, GpuLinks) else None
+        self._links = {a: self._links[a] for a in addresses if a in self._links}  # forget workers gone
+        return dict(self._links)
 
     def _removed(self, address: str) -> None:
         self.dead[address] = time.monotonic()

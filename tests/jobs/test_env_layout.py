@@ -6,6 +6,7 @@ import pytest
 
 from gpugeek_jupyter.jobs.env import TORCHRUN_VARIABLES, build_worker_env, error_file_path
 from gpugeek_jupyter.jobs.layout import WorkerInfo, cuda_visible_devices, plan_layout, workers_from_scheduler_info
+from gpugeek_jupyter.nvml import GpuLinks
 
 
 def _workers(*specs: tuple[str, str]) -> list[WorkerInfo]:
@@ -178,3 +179,35 @@ def test_spot_workers_take_the_last_ranks_on_each_host_and_spot_heavy_hosts_go_l
 
 def test_a_pool_without_spot_workers_keeps_the_order_by_name() -> None:
     assert [s.name for s in plan_layout(_workers(("1", "a"), ("0", "a"), ("2", "a"))).slots] == ["0", "1", "2"]
+
+
+def _wired(pairs: dict[int, set[int]], count: int, switch: bool = False) -> list[WorkerInfo]:
+    """``count`` GPU workers on one host, worker i on the GPU with bus id i, linked as ``pairs`` says."""
+    return [
+        WorkerInfo(
+            f"tcp://h:{i}",
+            str(i),
+            "h",
+            links=GpuLinks(f"BUS{i}", frozenset(f"BUS{p}" for p in pairs.get(i, ())), switch),
+        )
+        for i in range(count)
+    ]
+
+
+def test_gpus_joined_by_nvlink_become_neighbouring_ranks() -> None:
+    # 0-2 and 1-3 linked (reported by one side only): tp=2 groups of neighbours ride NVLink
+    layout = plan_layout(_wired({0: {2}, 3: {1}}, 4))
+    assert [s.name for s in layout.slots] == ["0", "2", "1", "3"]
+    assert [s.local_rank for s in layout.slots] == [0, 1, 2, 3]  # cuda:LOCAL_RANK stays each rank's GPU
+    assert cuda_visible_devices([s.name for s in layout.slots]) == "0,2,1,3"  # worker i owns GPU i
+
+
+def test_a_chain_of_links_is_walked_and_an_unlinked_gpu_goes_last() -> None:
+    assert [s.name for s in plan_layout(_wired({0: {3}, 3: {1}}, 5)).slots] == ["0", "3", "1", "2", "4"]
+
+
+def test_the_order_by_name_stays_behind_an_nvswitch_without_nvlink_or_wiring_unknown() -> None:
+    assert [s.name for s in plan_layout(_wired({}, 4, switch=True)).slots] == ["0", "1", "2", "3"]
+    assert [s.name for s in plan_layout(_wired({}, 4)).slots] == ["0", "1", "2", "3"]
+    unknown = _wired({0: {2}}, 4)[:3] + [WorkerInfo("tcp://h:3", "3", "h")]
+    assert [s.name for s in plan_layout(unknown).slots] == ["0", "1", "2", "3"]

@@ -62,3 +62,29 @@ def test_ddp_on_gpus_keeps_ranks_identical(gpu_pool: Any) -> None:
     assert result.ok, result.report()
     assert all(v.device.type == "cpu" for v in result.values)
     assert all(torch.equal(result.values[0], v) for v in result.values)
+
+
+def test_each_gpu_worker_reports_its_nvlink_wiring_with_nvmls_bus_id(gpu_pool: Any) -> None:
+    """The real NVML path of the NVLink-aware layout: every GPU worker answers its own GPU's bus id
+    (the one NVML lists for that device) and the bus ids its NVLinks reach, none of them itself."""
+    import pynvml
+
+    from gpugeek_jupyter.jobs.rank import gpu_links
+
+    answers = gpu_pool.client.run(gpu_links)
+    pynvml.nvmlInit()
+    try:
+        bus_ids = {
+            pynvml.nvmlDeviceGetPciInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).busId
+            for i in range(pynvml.nvmlDeviceGetCount())
+        }
+    finally:
+        pynvml.nvmlShutdown()
+    bus_ids = {(b.decode() if isinstance(b, bytes) else str(b)).upper() for b in bus_ids}
+    assert len(answers) == gpu_pool.spec.count
+    seen = set()
+    for links in answers.values():
+        assert links is not None and links.bus_id in bus_ids, (links, bus_ids)
+        assert links.bus_id not in links.peers and links.peers <= bus_ids
+        seen.add(links.bus_id)
+    assert len(seen) == len(answers)  # each worker its own GPU
