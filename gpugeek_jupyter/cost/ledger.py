@@ -85,6 +85,8 @@ class CostBreakdown:
     prices: dict[str, Any] = field(default_factory=dict)
     # hours while workers ran that no utilization sample covers; None: not computed (include_idle=False)
     unsampled_hours: float | None = None
+    # a slurm pool's batch jobs in the period, for the site's own accounting (sacct -j <ids>)
+    slurm_job_ids: tuple[str, ...] = ()
 
     @property
     def compute_usd(self) -> float:
@@ -362,7 +364,20 @@ def _breakdown(
         ),
         prices=dict(prices),
         unsampled_hours=unsampled_hours,
+        slurm_job_ids=_slurm_job_ids(registry, record, job, start, end),
     )
+
+
+def _slurm_job_ids(
+    registry: Registry, record: PoolRecord, job: JobRecord | None, start: float, end: float
+) -> tuple[str, ...]:
+    if record.spec.get("backend") != "slurm":
+        return ()
+    from ..pools.slurm import slurm_job_ids
+
+    if job is None:
+        return tuple(slurm_job_ids(registry, record.id))
+    return tuple(slurm_job_ids(registry, record.id, start=start, end=end))
 
 
 def _duration(hours: float) -> str:

@@ -66,6 +66,7 @@ COLUMNS = [
     "preempted_usd",
     "usd_per_hour_now",
     "budget_usd",
+    "slurm_job_ids",
 ]
 
 
@@ -171,6 +172,7 @@ def report_rows(breakdowns: list[CostBreakdown]) -> list[dict[str, Any]]:
                 "preempted_usd": sum(p.usd for p in b.preemptions),
                 "usd_per_hour_now": b.usd_per_hour_now,
                 "budget_usd": b.budget_usd,
+                "slurm_job_ids": ",".join(b.slurm_job_ids),  # as sacct -j takes them
             }
         )
     return rows

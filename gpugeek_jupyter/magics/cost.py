@@ -311,6 +311,9 @@ def _pool_lines(b: ledger.CostBreakdown) -> str:
         lines.append(
             f"  spot worker {p.worker_name} preempted after {p.hours * 60:,.1f} min ({ledger.format_usd(p.usd)})"
         )
+    if b.slurm_job_ids:
+        ids = ",".join(b.slurm_job_ids)
+        lines.append(f"  Slurm jobs {ids} (what the site charged: sacct -j {ids})")
     return "\n".join(lines)
 
 

@@ -759,15 +759,24 @@ def _fix_for(states: dict[str, JobState], cluster: Any) -> Any:
 _JOB_EVENT = re.compile(r"^Slurm job (\d+) for worker '([^']*)'")
 
 
-def slurm_job_ids(registry: Registry, pool_id: int) -> list[str]:
-    """Every Slurm job id pool ``pool_id`` had, in submission order (from its ``slurm-job`` events),
-    for cost reports: ``sacct -j <ids>`` gives what the site charged."""
-    ids = []
+_ENDED_EVENT = re.compile(r"^worker '[^']*' is gone: its Slurm job (\d+) ended")
+
+
+def slurm_job_ids(registry: Registry, pool_id: int, start: float | None = None, end: float | None = None) -> list[str]:
+    """The Slurm job ids pool ``pool_id`` had, in submission order (from its ``slurm-job`` events),
+    for cost reports: ``sacct -j <ids>`` gives what the site charged. With ``start``/``end`` (a
+    job's time on the pool), only those that ran then: recorded by ``end``, not ended before ``start``."""
+    ids: list[str] = []
+    ended_before: set[str] = set()
     for event in registry.events(pool_id):
-        match = _JOB_EVENT.match(str(event.get("message", ""))) if event.get("kind") == EVENT_JOB else None
-        if match and match.group(1) not in ids:
-            ids.append(match.group(1))
-    return ids
+        message, at = str(event.get("message", "")), float(event.get("at") or 0.0)
+        if event.get("kind") == EVENT_JOB and (match := _JOB_EVENT.match(message)):
+            if (end is None or at <= end) and match.group(1) not in ids:
+                ids.append(match.group(1))
+        elif event.get("kind") == EVENT_ENDED and (match := _ENDED_EVENT.match(message)):
+            if start is not None and at < start:
+                ended_before.add(match.group(1))
+    return [i for i in ids if i not in ended_before]
 
 
 @dataclass

@@ -101,6 +101,36 @@ def test_a_pools_slurm_job_ids_are_read_back_from_its_events(isolated_registry: 
     assert slurm_job_ids(registry, record.id) == ["41", "42", "43"]
 
 
+def test_the_cost_report_names_the_slurm_jobs_of_the_pool_and_of_each_job(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from gpugeek_jupyter.cost import ledger, tco
+    from gpugeek_jupyter.pools.slurm import EVENT_ENDED, EVENT_JOB
+    from gpugeek_jupyter.store import JobStatus, Registry
+
+    now = [1000.0]
+    registry = Registry(Path(str(tmp_path)) / "r.sqlite", clock=lambda: now[0])
+    record = registry.add_pool("p", "slurm", {"gpu_type": "cpu", "count": 2, "backend": "slurm"}, {}, owner="test")
+    registry.add_event(record.id, EVENT_JOB, "Slurm job 41 for worker 'p-0'")
+    registry.add_event(record.id, EVENT_JOB, "Slurm job 42 for worker 'p-1'")
+    now[0] = 1100.0
+    registry.add_event(record.id, EVENT_ENDED, "worker 'p-1' is gone: its Slurm job 42 ended (TIMEOUT)")
+    registry.add_event(record.id, EVENT_JOB, "Slurm job 43 for worker 'p-1'")
+    now[0] = 1200.0
+    registry.add_job("job-1", record.id, "p", "cell", code_sha256="0" * 64, ranks=2)
+    now[0] = 1300.0
+    registry.set_job_status("job-1", JobStatus.SUCCEEDED, ended_at=1300.0)
+    now[0] = 1400.0
+    registry.add_event(record.id, EVENT_JOB, "Slurm job 44 for worker 'p-0'")  # after the job ended
+
+    assert ledger.pool_cost(registry, record.id).slurm_job_ids == ("41", "42", "43", "44")
+    assert ledger.job_cost(registry, "job-1").slurm_job_ids == ("41", "43")  # 42 ended before, 44 came after
+    rows = tco.report_rows([ledger.job_cost(registry, "job-1")])
+    assert rows[0]["slurm_job_ids"] == "41,43"  # as sacct -j takes them
+    local = registry.add_pool("q", "local", {"gpu_type": "cpu", "count": 1, "backend": "local"}, {}, owner="test")
+    assert ledger.pool_cost(registry, local.id).slurm_job_ids == ()
+
+
 def test_pruning_removes_credentials_copies_of_ended_pools_and_old_folders(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:

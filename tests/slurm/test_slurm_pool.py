@@ -63,6 +63,9 @@ def test_a_two_worker_cpu_pool_is_two_slurm_jobs_that_run_a_ddp_cell_and_a_scrip
         jobs = _jobs_of(slurm, "ddp")
         assert sorted(state for _, state in jobs) == ["RUNNING", "RUNNING"]
         assert sorted(slurm_job_ids(pool.registry, pool.id)) == sorted(job_id for job_id, _ in jobs)
+        from gpugeek_jupyter.cost.ledger import pool_cost
+
+        assert sorted(pool_cost(pool.registry, pool.id).slurm_job_ids) == sorted(job_id for job_id, _ in jobs)
         assert pool.scheduler_address.startswith("tls://")  # the pool's own certificates, as local pools
         folder = Path(pool.running.job_folder)
         assert oct((folder / "tls" / "key.pem").stat().st_mode & 0o777) == "0o600"
