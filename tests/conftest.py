@@ -11,7 +11,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytest_plugins = ["pytest_jupyter.jupyter_server"]  # jp_fetch etc. for tests/server; pytest allows it only here
+# jp_fetch etc. for tests/server; Chromium and its pages for tests/browser and tests/slurm (pytest allows them only here)
+pytest_plugins = ["pytest_jupyter.jupyter_server", "support.browser"]
 
 
 def _hypothesis_profiles() -> None:

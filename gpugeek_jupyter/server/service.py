@@ -33,7 +33,7 @@ from ..catalog import load_catalog
 from ..config import BACKENDS, GpugeekConfig
 from ..errors import GpugeekError, NotFoundError, SpecError
 from ..pools import PoolManager
-from ..spec import PoolSpec
+from ..spec import SLURM_OPTIONS, PoolSpec
 from ..store import (
     RECENT_WINDOW_SECONDS,
     JobRecord,
@@ -61,6 +61,8 @@ SETTLED_AFTER_END_S = 60.0  # an owner's last writes (a heartbeat's sample) land
 SETTLED_KEPT = 1024  # ended pools whose cost and telemetry are kept (a poll plus a few history pages)
 DEFAULT_OUTPUT_LINES = 40  # lines of a job's grouped tail in the panel's job view
 MAX_OUTPUT_LINES = 500
+# the slurm options the panel's launch form offers (extra #SBATCH lines: the magic and the API only)
+SLURM_FORM_DEFAULTS = tuple(option for option in SLURM_OPTIONS if option != "sbatch_directives")
 
 
 class GpugeekService:
@@ -341,6 +343,8 @@ class GpugeekService:
             "idle_timeout": self.config.idle_timeout_minutes,
             "framework": catalog["default_framework"],
             "namespace": self.config.kubernetes_namespace,
+            # a slurm pool's site defaults (GpugeekConfig.slurm_*), which the form starts from
+            **{option: getattr(self.config, f"slurm_{option}") or "" for option in SLURM_FORM_DEFAULTS},
         }
         return {
             "gpu_types": gpu_types,

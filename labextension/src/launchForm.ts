@@ -14,12 +14,13 @@ import {
   isLaunchField,
   LAUNCH_FIELDS,
   LaunchField,
+  fieldApplies,
   parseLaunchForm,
   suggestPoolName,
   validateField
 } from './validation';
 
-type FieldInput = HTMLInputElement | HTMLSelectElement;
+type FieldInput = HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement;
 
 const FIELD_LABELS: Record<LaunchField, string> = {
   gpu_type: 'GPU type',
@@ -29,7 +30,13 @@ const FIELD_LABELS: Record<LaunchField, string> = {
   spot_fraction: 'Spot fraction (0–1)',
   budget: 'Budget (USD)',
   idle_timeout: 'Idle timeout (minutes)',
-  name: 'Name'
+  name: 'Name',
+  partition: 'Slurm partition',
+  account: 'Slurm account',
+  qos: 'Slurm QOS',
+  walltime: 'Walltime (HH:MM:SS)',
+  constraint: 'Node constraint',
+  prologue: 'Worker setup (shell lines)'
 };
 
 const SELECT_FIELDS: ReadonlySet<LaunchField> = new Set(['gpu_type', 'interconnect', 'backend']);
@@ -43,7 +50,13 @@ const INPUT_MODES: Partial<Record<LaunchField, string>> = {
 
 const PLACEHOLDERS: Partial<Record<LaunchField, string>> = {
   budget: 'no cap',
-  name: 'train-a100'
+  name: 'train-a100',
+  partition: "the site's default",
+  account: 'your default account',
+  qos: 'default',
+  walltime: "the partition's limit",
+  constraint: 'any node',
+  prologue: 'module load cuda/12.4'
 };
 
 export interface ILaunchFormOptions {
@@ -93,6 +106,7 @@ export class LaunchForm {
     );
     this._fillSelects();
     this._setValues(defaultLaunchValues(null, []));
+    this._showBackendFields();
   }
 
   get catalog(): ICatalog | null {
@@ -106,6 +120,7 @@ export class LaunchForm {
     this._fillSelects();
     this._setValues(defaults, true);
     this._fillInterconnects();
+    this._showBackendFields();
     this._updateEstimate();
   }
 
@@ -199,6 +214,11 @@ export class LaunchForm {
     let input: FieldInput;
     if (SELECT_FIELDS.has(field)) {
       input = h('select', { class: 'jp-mod-styled', attrs: { name: field, id } });
+    } else if (field === 'prologue') {
+      input = h('textarea', {
+        class: 'jp-mod-styled',
+        attrs: { name: field, id, rows: '2', spellcheck: 'false', placeholder: PLACEHOLDERS[field]! }
+      });
     } else {
       input = h('input', {
         class: 'jp-mod-styled',
@@ -217,6 +237,9 @@ export class LaunchForm {
       if (field === 'gpu_type') {
         this._fillInterconnects();
       }
+      if (field === 'backend') {
+        this._showBackendFields();
+      }
       this._updateEstimate();
     };
     input.addEventListener('input', onEdit);
@@ -228,6 +251,18 @@ export class LaunchForm {
     ]);
     this._fields.set(field, wrapper);
     return wrapper;
+  }
+
+  /** Show the fields of the chosen backend only (a Slurm pool's partition, account, ...). */
+  private _showBackendFields(): void {
+    const values = this.values();
+    for (const [field, wrapper] of this._fields) {
+      const applies = fieldApplies(field, values);
+      wrapper.hidden = !applies;
+      if (!applies) {
+        this.setFieldError(field, null);
+      }
+    }
   }
 
   private _input(field: LaunchField): FieldInput {

@@ -182,6 +182,13 @@ export interface ILaunchRequest {
   idle_timeout: number;
   name: string;
   interconnect?: string;
+  /** Slurm pools only (`backend: 'slurm'`): where and how the batch jobs run. */
+  partition?: string;
+  account?: string;
+  qos?: string;
+  walltime?: string;
+  constraint?: string;
+  prologue?: string;
 }
 
 /** `GET /gpugeek/pools/{name}/metrics`. */

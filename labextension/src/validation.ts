@@ -29,8 +29,27 @@ export const LAUNCH_FIELDS: readonly LaunchField[] = [
   'spot_fraction',
   'budget',
   'idle_timeout',
-  'name'
+  'name',
+  ...(['partition', 'account', 'qos', 'walltime', 'constraint', 'prologue'] as const)
 ];
+
+/** The fields a Slurm pool adds (shown, checked and sent only with `backend: 'slurm'`). */
+export const SLURM_FIELDS: ReadonlySet<LaunchField> = new Set<LaunchField>([
+  'partition',
+  'account',
+  'qos',
+  'walltime',
+  'constraint',
+  'prologue'
+]);
+
+/** Slurm's time limits: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (the server's rule). */
+export const WALLTIME_PATTERN = /^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2})$/;
+
+/** Whether `field` belongs on the form for the chosen backend. */
+export function fieldApplies(field: LaunchField, values: ILaunchFormValues): boolean {
+  return !SLURM_FIELDS.has(field) || values.backend === 'slurm';
+}
 
 /** Raw form input, one string per field as the inputs hold it. */
 export type ILaunchFormValues = Record<LaunchField, string>;
@@ -107,6 +126,30 @@ export function validateName(raw: string): string | null {
   return null;
 }
 
+/** An empty walltime leaves the site's default. */
+export function validateWalltime(raw: string): string | null {
+  const text = raw.trim();
+  if (text !== '' && !WALLTIME_PATTERN.test(text)) {
+    return `walltime must be a Slurm time limit (minutes, HH:MM:SS or D-HH:MM:SS), got ${quoted(raw)} (e.g. 04:00:00)`;
+  }
+  return null;
+}
+
+/** Partition, account, QOS and constraint are Slurm's names: one word each (Slurm checks the rest). */
+export function validateSlurmName(field: LaunchField, raw: string): string | null {
+  if (raw.trim() !== '' && /\s/.test(raw.trim())) {
+    return `${field} must be one Slurm name without spaces, got ${quoted(raw)} (e.g. ${SLURM_EXAMPLES[field]})`;
+  }
+  return null;
+}
+
+const SLURM_EXAMPLES: Partial<Record<LaunchField, string>> = {
+  partition: 'gpu',
+  account: 'proj42',
+  qos: 'normal',
+  constraint: 'a100'
+};
+
 export function validateGpuType(raw: string, catalog: ICatalog | null): string | null {
   if (raw.trim() === '') {
     return 'gpu_type is required (pick one from the list)';
@@ -150,6 +193,9 @@ export function validateField(
   catalog: ICatalog | null
 ): string | null {
   const raw = values[field] ?? '';
+  if (!fieldApplies(field, values)) {
+    return null;
+  }
   switch (field) {
     case 'gpu_type':
       return validateGpuType(raw, catalog);
@@ -167,6 +213,15 @@ export function validateField(
       return validateIdleTimeout(raw);
     case 'name':
       return validateName(raw);
+    case 'walltime':
+      return validateWalltime(raw);
+    case 'partition':
+    case 'account':
+    case 'qos':
+    case 'constraint':
+      return validateSlurmName(field, raw);
+    case 'prologue':
+      return null; // shell lines, run by the worker's job script: the server checks them
   }
 }
 
@@ -197,6 +252,16 @@ export function parseLaunchForm(
   if (values.interconnect !== '') {
     request.interconnect = values.interconnect;
   }
+  if (request.backend === 'slurm') {
+    for (const field of ['partition', 'account', 'qos', 'walltime', 'constraint'] as const) {
+      if (values[field].trim() !== '') {
+        request[field] = values[field].trim();
+      }
+    }
+    if (values.prologue.trim() !== '') {
+      request.prologue = values.prologue;
+    }
+  }
   return { request, errors };
 }
 
@@ -226,6 +291,12 @@ export function defaultLaunchValues(
     spot_fraction: text(defaults.spot_fraction, '0'),
     budget: text(defaults.budget, ''),
     idle_timeout: text(defaults.idle_timeout, '30'),
-    name: suggestPoolName(existingNames)
+    name: suggestPoolName(existingNames),
+    partition: text(defaults.partition, ''),
+    account: text(defaults.account, ''),
+    qos: text(defaults.qos, ''),
+    walltime: text(defaults.walltime, ''),
+    constraint: text(defaults.constraint, ''),
+    prologue: text(defaults.prologue, '')
   };
 }

@@ -12,7 +12,8 @@ import {
   validateIdleTimeout,
   validateInterconnect,
   validateName,
-  validateSpotFraction
+  validateSpotFraction,
+  validateWalltime
 } from '../src/validation';
 import { CATALOG } from './fixtures';
 
@@ -26,6 +27,12 @@ function values(overrides: Partial<ILaunchFormValues> = {}): ILaunchFormValues {
     budget: '25',
     idle_timeout: '30',
     name: 'train-a100',
+    partition: '',
+    account: '',
+    qos: '',
+    walltime: '',
+    constraint: '',
+    prologue: '',
     ...overrides
   };
 }
@@ -180,5 +187,42 @@ describe('defaults and names', () => {
     expect(isLaunchField('count')).toBe(true);
     expect(isLaunchField('pools')).toBe(false);
     expect(isLaunchField(null)).toBe(false);
+  });
+});
+
+describe('slurm fields', () => {
+  const slurm = { backend: 'slurm' as const };
+  const catalog = { ...CATALOG, backends: [...CATALOG.backends, 'slurm' as const] };
+
+  it("accepts Slurm's time limits, as the server does, and names a bad one with an example", () => {
+    for (const good of ['', '30', '45:00', '04:00:00', '2-12', '2-12:30', '2-12:30:00']) {
+      expect(validateWalltime(good)).toBeNull();
+    }
+    expect(validateWalltime('4h')).toBe(
+      "walltime must be a Slurm time limit (minutes, HH:MM:SS or D-HH:MM:SS), got '4h' (e.g. 04:00:00)"
+    );
+  });
+
+  it('sends the filled-in Slurm fields only for a slurm pool', () => {
+    const filled = { partition: ' gpu ', walltime: '01:00:00', prologue: 'module load cuda/12.4\nsource venv/bin/activate' };
+    const parsed = parseLaunchForm(values({ ...slurm, ...filled }), catalog);
+    expect(parsed.errors).toEqual({});
+    expect(parsed.request).toMatchObject({
+      backend: 'slurm',
+      partition: 'gpu',
+      walltime: '01:00:00',
+      prologue: 'module load cuda/12.4\nsource venv/bin/activate'
+    });
+    expect(parsed.request).not.toHaveProperty('account');
+    const local = parseLaunchForm(values(filled), catalog).request!;
+    expect(local).not.toHaveProperty('partition');
+    expect(local).not.toHaveProperty('walltime');
+  });
+
+  it('checks the Slurm fields only for a slurm pool', () => {
+    expect(parseLaunchForm(values({ walltime: '4h', partition: 'two words' }), catalog).errors).toEqual({});
+    const parsed = parseLaunchForm(values({ ...slurm, walltime: '4h', partition: 'two words' }), catalog);
+    expect(Object.keys(parsed.errors).sort()).toEqual(['partition', 'walltime']);
+    expect(parsed.errors.partition).toBe("partition must be one Slurm name without spaces, got 'two words' (e.g. gpu)");
   });
 });

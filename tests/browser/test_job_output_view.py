@@ -15,8 +15,7 @@ import pytest
 
 from support.kernel import KernelSession
 from support.lab_server import LabServer
-
-from .test_side_panel import READY_TIMEOUT_MS, expect, open_panel, widen_sidebar
+from support.panel import READY_TIMEOUT_MS, expect, open_panel, widen_sidebar
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -31,15 +30,6 @@ while not os.path.exists(release) and time.monotonic() < deadline:
 """
 TAIL_LINES = 40  # the panel's default ?lines
 TAIL_SHOWN_WITHIN_S = 6.0  # from the chips saying running to the grouped line in the tail
-
-
-@pytest.fixture
-def page(browser_context: Any) -> Iterator[Any]:
-    page = browser_context.new_page()
-    try:
-        yield page
-    finally:
-        page.close()
 
 
 @pytest.fixture

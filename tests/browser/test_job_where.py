@@ -14,8 +14,7 @@ import pytest
 
 from support.kernel import KernelSession
 from support.lab_server import LabServer
-
-from .test_side_panel import READY_TIMEOUT_MS, expect, open_panel, widen_sidebar
+from support.panel import READY_TIMEOUT_MS, expect, open_panel, widen_sidebar
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -27,15 +26,6 @@ if rank == 1:
     while not os.path.exists(release): time.sleep(0.05)
 dist.all_reduce(t := torch.ones(1))
 """
-
-
-@pytest.fixture
-def page(browser_context: Any) -> Iterator[Any]:
-    page = browser_context.new_page()
-    try:
-        yield page
-    finally:
-        page.close()
 
 
 @pytest.fixture
