@@ -42,6 +42,7 @@ ENVIRONMENT = {
     "slurm_python": "GPUGEEK_SLURM_PYTHON",
     "slurm_scheduler_host": "GPUGEEK_SLURM_SCHEDULER_HOST",
     "slurm_interface": "GPUGEEK_SLURM_INTERFACE",
+    "slurm_ports": "GPUGEEK_SLURM_PORTS",
     "slurm_shared_directory": "GPUGEEK_SLURM_SHARED_DIRECTORY",
     "api_key": "GPUGEEK_API_KEY",
     "preload_torch": "GPUGEEK_PRELOAD_TORCH",
@@ -207,6 +208,13 @@ class GpugeekConfig(Configurable):
         "",
         help="Network interface of the scheduler and the workers of slurm pools, e.g. 'ib0' (instead "
         "of slurm_scheduler_host). Env: GPUGEEK_SLURM_INTERFACE.",
+    ).tag(config=True)
+    slurm_ports = Unicode(
+        "",
+        help="Ports FIRST:LAST that slurm pools listen on, for a firewall between the notebook's host and "
+        "the compute nodes: the scheduler and its dashboard take free ones on the notebook's host, each "
+        "worker and its nanny on its node ('': ports the OS picks). Env: GPUGEEK_SLURM_PORTS, e.g. "
+        "'40000:40100'.",
     ).tag(config=True)
     slurm_shared_directory = Unicode(
         "",

@@ -205,12 +205,62 @@ def job_script_options(spec: PoolSpec, log_directory: str | None = None) -> dict
         "job_script_prologue": _setup_lines(spec),
         "python": config.slurm_python or sys.executable,
         "death_timeout": config.worker_death_timeout,
-        "worker_extra_args": ["--preload", WORKER_PRELOAD],
+        "worker_extra_args": ["--preload", WORKER_PRELOAD, *_worker_port_args()],
         "log_directory": log_directory,
     }
     if config.slurm_interface:
         options["interface"] = config.slurm_interface
     return options
+
+
+_PORT_RANGE = re.compile(r"^(\d{1,5}):(\d{1,5})$")
+MIN_PORTS = 4  # the scheduler, its dashboard, and a worker and its nanny on a node
+
+
+def port_range() -> tuple[int, int] | None:
+    """``GpugeekConfig.slurm_ports`` as (first, last); None when unset (ports the OS picks)."""
+    text = get_config().slurm_ports.strip()
+    if not text:
+        return None
+    match = _PORT_RANGE.match(text)
+    first, last = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    if not match or not 1024 <= first <= last <= 65535 or last - first + 1 < MIN_PORTS:
+        raise BackendUnavailableError(
+            f"GpugeekConfig.slurm_ports (GPUGEEK_SLURM_PORTS) must be FIRST:LAST, ports from 1024 to 65535, "
+            f"at least {MIN_PORTS} of them, got {text!r} (e.g. '40000:40100')"
+        )
+    return first, last
+
+
+def _worker_port_args() -> list[str]:
+    """``dask worker`` takes a range: each worker and nanny listens on the first free port in it."""
+    ports = port_range()
+    if ports is None:
+        return []
+    span = f"{ports[0]}:{ports[1]}"
+    return ["--worker-port", span, "--nanny-port", span]
+
+
+def _free_ports_in(ports: tuple[int, int], host: str, count: int) -> list[int]:
+    """``count`` ports of the range that nothing on this host listens on now (for the scheduler and
+    its dashboard, which take one port each)."""
+    import socket
+
+    found: list[int] = []
+    for port in range(ports[0], ports[1] + 1):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host or "0.0.0.0", port))
+            except OSError:
+                continue
+        found.append(port)
+        if len(found) == count:
+            return found
+    raise BackendUnavailableError(
+        f"GpugeekConfig.slurm_ports {ports[0]}:{ports[1]} has no {count} free ports on this host for the "
+        f"scheduler and its dashboard (other pools or programs hold them); widen the range "
+        f"(e.g. GPUGEEK_SLURM_PORTS={ports[0]}:{ports[1] + 100})"
+    )
 
 
 def render_job_script(spec: PoolSpec) -> str:
@@ -602,7 +652,16 @@ class SlurmBackend:
             ) from e
         security = credentials.security() if credentials is not None else None
         host = config.slurm_scheduler_host.strip()
-        scheduler_options: dict[str, Any] = {"dashboard_address": f"{host}:0" if host else ":0", "idle_timeout": None}
+        scheduler_port = dashboard_port = 0
+        ports = port_range()
+        if ports is not None:
+            scheduler_port, dashboard_port = _free_ports_in(ports, host, 2)
+        scheduler_options: dict[str, Any] = {
+            "dashboard_address": f"{host}:{dashboard_port}" if host else f":{dashboard_port}",
+            "idle_timeout": None,
+        }
+        if scheduler_port:
+            scheduler_options["port"] = scheduler_port
         if host:
             scheduler_options["host"] = host
         try:

@@ -165,3 +165,33 @@ def test_pruning_removes_credentials_copies_of_ended_pools_and_old_folders(
     assert (live / "tls").exists()  # its pool's credentials still exist: it is live
     assert ended.exists() and not (ended / "tls").exists()  # logs kept, credentials' copy gone
     assert not old.exists() and recent.exists()
+
+
+@pytest.mark.parametrize("value", ["40000", "40000-40100", "80:90", "40000:40002", "40100:40000", "40000:70000"])
+def test_a_port_range_that_cannot_serve_a_pool_is_named_with_an_example(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugeek_jupyter import config
+    from gpugeek_jupyter.errors import BackendUnavailableError
+    from gpugeek_jupyter.pools.slurm import port_range
+
+    monkeypatch.setenv("GPUGEEK_SLURM_PORTS", value)
+    config.set_config(None)
+    with pytest.raises(BackendUnavailableError) as raised:
+        port_range()
+    assert str(raised.value) == (
+        "GpugeekConfig.slurm_ports (GPUGEEK_SLURM_PORTS) must be FIRST:LAST, ports from 1024 to 65535, "
+        f"at least 4 of them, got {value!r} (e.g. '40000:40100')"
+    )
+
+
+def test_a_port_range_reaches_the_workers_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpugeek_jupyter import config
+    from gpugeek_jupyter.pools.slurm import render_job_script
+    from gpugeek_jupyter.spec import PoolSpec
+
+    spec = PoolSpec.create(gpu_type="cpu", count=2, backend="slurm", name="ranged")
+    assert "--worker-port" not in render_job_script(spec)
+    monkeypatch.setenv("GPUGEEK_SLURM_PORTS", "40000:40100")
+    config.set_config(None)
+    assert "--worker-port 40000:40100 --nanny-port 40000:40100" in render_job_script(spec)

@@ -171,3 +171,35 @@ def test_without_pool_tls_the_workers_speak_plain_tcp_and_get_no_credentials(
         assert pool.client.run(lambda: 1) and len(pool.worker_addresses()) == 1
     finally:
         pool.stop()
+
+
+def test_with_a_port_range_the_scheduler_dashboard_workers_and_nannies_listen_inside_it(
+    slurm: OneHostSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For a firewall that opens one range between the notebook's host and the compute nodes."""
+    import gpugeek_jupyter
+    from gpugeek_jupyter.jobs import run_cell
+
+    first, last = 41000, 41040
+    monkeypatch.setenv("GPUGEEK_SLURM_PORTS", f"{first}:{last}")
+    pool = gpugeek_jupyter.launch(backend="slurm", count=2, name="ranged")
+    try:
+
+        def port(address: str) -> int:
+            return int(address.rsplit(":", 1)[1].split("/", 1)[0])
+
+        workers = pool.client.scheduler_info(n_workers=-1)["workers"]
+        listening = {
+            "scheduler": port(pool.scheduler_address),
+            "dashboard": port(pool.dashboard_link or ":0"),
+            **{f"worker {info['name']}": port(address) for address, info in workers.items()},
+            **{f"nanny {info['name']}": port(info["nanny"]) for info in workers.values()},
+        }
+        assert len(listening) == 6 and all(first <= p <= last for p in listening.values()), listening
+        assert len(set(listening.values())) == 6  # one port each
+        import torch
+
+        result = run_cell(pool, "t = torch.ones(1)\ndist.all_reduce(t)\nt.item()", {"torch": torch})
+        assert result.ok and result.values == [2.0, 2.0], result.report()
+    finally:
+        pool.stop()
