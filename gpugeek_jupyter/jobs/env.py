@@ -32,8 +32,11 @@ On a pool whose ranks all run on one host, the sockets of gloo, NCCL's bootstrap
 on the loopback interface (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``, ``TP_SOCKET_IFNAME`` =
 ``lo``; the worker's own values, or a job's ``--env``, win), as the rendezvous store does (it
 listens on ``MASTER_ADDR`` only, see :func:`~.rank.prepare_generation`): nothing of a job's traffic
-is offered to the host's other networks. Across hosts they are left to torch, which picks the
-interface of the host's name (set them with ``--env`` to name one).
+is offered to the host's other networks. Across hosts, gloo and tensorpipe get the interface that
+carries the rank's own worker address (the one the pool's traffic already takes between hosts),
+not the address of the host's name, which Debian and Ubuntu map to ``127.0.1.1`` in ``/etc/hosts``
+(a peer on another host then cannot connect). NCCL is left to its own choice of interfaces (it
+skips loopback and prefers InfiniBand). The worker's own values, or ``--env``, win.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ TORCHRUN_VARIABLES = (
 # The interface variables torch's transports read, set to loopback when every rank is on one host.
 SOCKET_INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 LOOPBACK_INTERFACE = "lo0" if sys.platform == "darwin" else "lo"
+CROSS_HOST_INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")  # NCCL picks its own
 
 # Every variable build_worker_env may set: torchrun's, then those that keep a one-host job on loopback.
 RANK_VARIABLES = TORCHRUN_VARIABLES + SOCKET_INTERFACE_VARIABLES
@@ -88,6 +92,7 @@ def build_worker_env(
     error_file: str = "",
     parent_env: Mapping[str, str] | None = None,
     loopback_interface: str = LOOPBACK_INTERFACE,
+    host_interface: str | None = None,
 ) -> dict[str, str]:
     """The torchrun variables of the rank in ``slot``; ``parent_env`` is the worker's own environment.
 
@@ -132,7 +137,26 @@ def build_worker_env(
         env["OMP_NUM_THREADS"] = "1"
     if slot.group_world_size == 1:  # one host: no job socket needs more than loopback
         env.update({name: loopback_interface for name in SOCKET_INTERFACE_VARIABLES if name not in parent})
+    elif host_interface:  # across hosts: where this worker's own address is, for gloo and tensorpipe
+        env.update({name: host_interface for name in CROSS_HOST_INTERFACE_VARIABLES if name not in parent})
     return env
+
+
+def interface_of(address: str) -> str | None:
+    """The network interface of this machine that holds ``address`` (an IP, or a name that resolves
+    to one of its addresses); None when none does."""
+    import socket
+
+    import psutil
+
+    try:
+        ips = {info[4][0] for info in socket.getaddrinfo(address, None)}
+    except OSError:
+        return None
+    for interface, addresses in psutil.net_if_addrs().items():
+        if any(a.address.split("%", 1)[0] in ips for a in addresses):
+            return str(interface)
+    return None
 
 
 def error_file_path(base_dir: str, run_id: str, restart_count: int, rank: int) -> str:

@@ -45,7 +45,7 @@ from typing import Any
 from . import capture, children
 from .capture import Forwarder
 from .diagnose import describe_stack, format_user_traceback, is_peer_failure, one_line
-from .env import RANK_VARIABLES, build_worker_env, compile_cache_env, error_file_path
+from .env import RANK_VARIABLES, build_worker_env, compile_cache_env, error_file_path, interface_of
 from .layout import RankSlot
 from .payload import OUTPUT_TOPIC, CellCode, RankJob, RankOutcome, ScriptCode
 
@@ -378,6 +378,7 @@ def _execute(
         max_restarts=job.max_restarts,
         error_file=error_file_path(_private_error_root(), job.job_id, job.attempt, slot.local_rank),
         parent_env=_runtime.parent_env,
+        host_interface=interface_of(slot.host) if slot.group_world_size > 1 else None,
     )
     if cuda_visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible

@@ -39,9 +39,29 @@ def test_the_workers_own_interface_choice_is_kept() -> None:
     assert "NCCL_SOCKET_IFNAME" not in env and env["GLOO_SOCKET_IFNAME"] == LOOPBACK_INTERFACE
 
 
-def test_ranks_on_several_hosts_are_left_to_torchs_choice_of_interface() -> None:
-    env = build_worker_env(_slot(["10.0.0.1", "10.0.0.2"], 1), master_addr="10.0.0.1", master_port=4000, run_id="j")
-    assert not set(SOCKET_INTERFACE_VARIABLES) & set(env)
+def test_ranks_on_several_hosts_use_the_interface_of_their_worker_address_for_gloo_and_tensorpipe() -> None:
+    slot = _slot(["10.0.0.1", "10.0.0.2"], 1)
+    env = build_worker_env(slot, master_addr="10.0.0.1", master_port=4000, run_id="j", host_interface="eth1")
+    assert (env["GLOO_SOCKET_IFNAME"], env["TP_SOCKET_IFNAME"]) == ("eth1", "eth1")
+    assert "NCCL_SOCKET_IFNAME" not in env  # NCCL chooses its own (InfiniBand first)
+    own = build_worker_env(
+        slot,
+        master_addr="10.0.0.1",
+        master_port=4000,
+        run_id="j",
+        host_interface="eth1",
+        parent_env={"GLOO_SOCKET_IFNAME": "ib0"},
+    )
+    assert "GLOO_SOCKET_IFNAME" not in own  # the worker's own value stays
+    unknown = build_worker_env(slot, master_addr="10.0.0.1", master_port=4000, run_id="j")
+    assert not set(SOCKET_INTERFACE_VARIABLES) & set(unknown)  # no interface holds the address: torch's choice
+
+
+def test_the_interface_of_an_address_is_the_one_that_holds_it() -> None:
+    from gpugeek_jupyter.jobs.env import interface_of
+
+    assert interface_of("127.0.0.1") == LOOPBACK_INTERFACE
+    assert interface_of("no-such-host.invalid") is None
 
 
 def _sockets(pid: int, status: str) -> set[tuple[str, str]]:
