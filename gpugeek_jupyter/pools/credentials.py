@@ -75,6 +75,11 @@ class PoolCredentials:
     def key_file(self) -> Path:
         return self.directory / KEY_FILE
 
+    def files(self) -> dict[str, bytes]:
+        """The three files' contents by name (``ca.pem``, ``cert.pem``, ``key.pem``), for a
+        Kubernetes Secret: handle as the key it holds, never log or print it."""
+        return {path.name: path.read_bytes() for path in (self.ca_file, self.cert_file, self.key_file)}
+
     def security(self) -> Security:
         """dask's ``Security`` for every role (client, scheduler, worker), encryption required."""
         from distributed.security import Security

@@ -461,8 +461,9 @@ def current_user() -> str:
     return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
 
 
-def options_from_config(config: GpugeekConfig | None = None) -> KubernetesOptions:
-    """:class:`KubernetesOptions` from this process's settings (user, dask version, spot placement)."""
+def options_from_config(config: GpugeekConfig | None = None, tls: bool | None = None) -> KubernetesOptions:
+    """:class:`KubernetesOptions` from this process's settings (user, dask version, spot placement,
+    TLS: ``GpugeekConfig.pool_tls`` unless ``tls`` says)."""
     import distributed
 
     config = config or get_config()
@@ -472,16 +473,24 @@ def options_from_config(config: GpugeekConfig | None = None) -> KubernetesOption
         python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
         spot=spot_placement(config),
         idle_timeout_minutes=config.idle_timeout_minutes,
+        tls=config.pool_tls if tls is None else tls,
     )
 
 
-def manifests_for(spec: PoolSpec) -> list[dict[str, Any]]:
+def manifests_for(spec: PoolSpec, tls: bool | None = None) -> list[dict[str, Any]]:
     config = get_config()
-    return build_manifests(spec, load_catalog(config.price_file or None), options_from_config(config))
+    return build_manifests(spec, load_catalog(config.price_file or None), options_from_config(config, tls=tls))
 
 
 def render_manifests(spec: PoolSpec) -> str:
-    """The YAML that ``--dry-run`` prints: every manifest the launch would create, nothing touched."""
+    """The YAML that ``--dry-run`` prints: every manifest the launch would create, nothing touched
+    (the TLS Secret only named: its data is the pool's key, made at launch)."""
     import yaml
 
-    return str(yaml.safe_dump_all(manifests_for(spec), sort_keys=False, default_flow_style=False))
+    text = str(yaml.safe_dump_all(manifests_for(spec), sort_keys=False, default_flow_style=False))
+    if get_config().pool_tls:
+        text = (
+            f"# and first a Secret '{tls_secret_name(spec.name)}' with the pool's own TLS certificate authority, "
+            f"certificate and key (ca.pem, cert.pem, key.pem), made at launch and deleted with the pool\n---\n" + text
+        )
+    return text

@@ -5,9 +5,12 @@
 
 1. the manifests of :func:`~gpugeek_jupyter.pools.k8s_manifest.build_manifests` (a ``DaskCluster``
    with the on-demand workers, a ``DaskWorkerGroup`` with the spot ones), via the Kubernetes API;
+   With TLS on (``GpugeekConfig.pool_tls``), first the Secret ``<pool>-tls`` with the pool's own
+   certificate authority, certificate and key, which the pods mount; the ``DaskCluster`` owns it;
 2. waits, within ``GpugeekConfig.worker_start_timeout``, for the scheduler pod, then connects a
-   ``dask_kubernetes.operator.KubeCluster`` to it (``shutdown_on_close=True``: stopping the pool, or
-   the kernel exiting, deletes the ``DaskCluster`` and with it every pod), then waits for the workers.
+   :class:`~gpugeek_jupyter.pools.k8s_cluster.KubernetesPoolCluster` to it over TLS (stopping the
+   pool, or the kernel exiting, deletes the ``DaskCluster`` and with it every pod), then waits for
+   the workers.
 
 We create the resources ourselves rather than through ``KubeCluster(custom_cluster_spec=...)``
 because ``KubeCluster`` waits without a deadline for a scheduler pod that cannot be scheduled; here
@@ -28,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailableError, GpugeekError, Phrase, PoolStartError, Setting
@@ -38,10 +42,13 @@ from .k8s_manifest import (
     API_VERSION,
     DEFAULT_GROUP,
     SPOT_GROUP,
+    build_tls_secret,
+    current_user,
     group_of_worker,
     manifests_for,
     pool_selector,
     render_manifests,
+    tls_secret_name,
 )
 
 if TYPE_CHECKING:
@@ -123,8 +130,10 @@ def _server_of(kubeconfig: str | None) -> str | None:
 
 
 def _resource_class(kind: str) -> Any:
-    from kr8s.objects import new_class
+    from kr8s.objects import Secret, new_class
 
+    if kind == "Secret":
+        return Secret
     return new_class(kind, API_VERSION, asyncio=False, namespaced=True, plural=kind.lower() + "s")
 
 
@@ -142,10 +151,12 @@ def _create(api: Any, manifest: dict[str, Any]) -> None:
 
 
 def delete_pool_resources(api: Any, spec: PoolSpec) -> None:
-    """Delete the pool's DaskWorkerGroups and DaskCluster (the operator then deletes their pods)."""
+    """Delete the pool's DaskWorkerGroups and DaskCluster (the operator then deletes their pods) and its
+    TLS Secret."""
     import kr8s
 
-    for manifest in reversed(manifests_for(spec)):
+    secret = {"kind": "Secret", "metadata": {"name": tls_secret_name(spec.name), "namespace": spec.namespace}}
+    for manifest in [*reversed(manifests_for(spec)), secret]:
         try:
             _resource_class(manifest["kind"])(manifest, api=api).delete()
         except kr8s.NotFoundError:
@@ -225,7 +236,7 @@ class KubernetesBackend:
     """Pools on Kubernetes through the dask-kubernetes operator (see the module docstring)."""
 
     name = "kubernetes"
-    uses_pool_credentials = False  # the operator's pods are not given per-pool certificates yet
+    uses_pool_credentials = True  # a Secret '<pool>-tls' mounted into the scheduler and worker pods
 
     def preflight(self, spec: PoolSpec) -> None:
         """Fail before anything is registered: the manifests must build and the API must answer."""
@@ -239,21 +250,33 @@ class KubernetesBackend:
         start_timeout: float,
         credentials: PoolCredentials | None = None,
     ) -> RunningCluster:
-        manifests = manifests_for(spec)  # spec problems fail before anything is created
+        tls = credentials is not None
+        manifests = manifests_for(spec, tls=tls)  # spec problems fail before anything is created
         api = connect()
         deadline = time.monotonic() + start_timeout
         created = False
         try:
+            if credentials is not None:  # the pods mount it: it must exist before them
+                _create(api, build_tls_secret(spec, credentials.files(), user=current_user()))
+                created = True
             for manifest in manifests:
                 _create(api, manifest)
                 created = True
+            if credentials is not None:
+                _owned_by_cluster(api, spec)  # Kubernetes deletes it with the DaskCluster, whoever deletes that
             wait_for_scheduler_pod(api, spec, deadline, start_timeout)
-            cluster = _connect_kube_cluster(spec, max(10.0, deadline - time.monotonic()))
+            cluster = _connect_pool_cluster(
+                spec,
+                credentials,
+                max(10.0, deadline - time.monotonic()),
+                on_close=lambda: delete_pool_resources(api, spec),
+            )
             running = self._connect_client(api, spec, cluster, on_progress, deadline, start_timeout)
         except BaseException:
             if created:
                 delete_pool_resources(api, spec)
             raise
+        running.security = credentials.security() if credentials is not None else None
         return running
 
     def _connect_client(
@@ -295,16 +318,23 @@ class KubernetesBackend:
         )
 
 
-def _connect_kube_cluster(spec: PoolSpec, resource_timeout: float) -> Any:
-    from dask_kubernetes.operator import KubeCluster
+def _connect_pool_cluster(
+    spec: PoolSpec, credentials: PoolCredentials | None, timeout: float, on_close: Callable[[], None]
+) -> Any:
+    """This process's cluster manager for the running pool (TLS with the pool's credentials when it
+    has them); closing it deletes the pool's resources (stopping the pool)."""
+    from .k8s_cluster import KubernetesPoolCluster, scheduler_addresses
 
+    assert spec.namespace
     try:
-        return KubeCluster.from_name(
+        address, dashboard = scheduler_addresses(spec.name, spec.namespace, tls=credentials is not None)
+        return KubernetesPoolCluster(
             spec.name,
-            namespace=spec.namespace,
-            shutdown_on_close=True,  # stopping the pool deletes the DaskCluster and all its pods
-            quiet=True,
-            resource_timeout=int(resource_timeout),
+            address,
+            security=credentials.security() if credentials is not None else None,
+            dashboard_link=dashboard,
+            on_close=on_close,
+            timeout=timeout,
         )
     except GpugeekError:
         raise
@@ -313,6 +343,24 @@ def _connect_kube_cluster(spec: PoolSpec, resource_timeout: float) -> Any:
             f"pool '{spec.name}': its scheduler runs in namespace '{spec.namespace}' but this kernel cannot "
             f"connect to it ({type(e).__name__}: {e})"
         ) from e
+
+
+def _owned_by_cluster(api: Any, spec: PoolSpec) -> None:
+    """Make the pool's DaskCluster the owner of its TLS Secret (garbage-collected with it)."""
+    import kr8s
+
+    try:
+        cluster = _resource_class("DaskCluster").get(spec.name, namespace=spec.namespace, api=api)
+        owner = {
+            "apiVersion": API_VERSION,
+            "kind": "DaskCluster",
+            "name": spec.name,
+            "uid": cluster.metadata["uid"],
+        }
+        secret = kr8s.objects.Secret.get(tls_secret_name(spec.name), namespace=spec.namespace, api=api)
+        secret.patch({"metadata": {"ownerReferences": [owner]}})
+    except Exception as e:  # the Secret is still deleted with the pool by delete_pool_resources
+        log.info("pool %s: could not make its DaskCluster own its TLS Secret: %s", spec.name, e)
 
 
 def pricing_of_worker(spec: PoolSpec, worker_name: str) -> str | None:

@@ -95,6 +95,23 @@ def test_a_pool_runs_tasks_on_the_cluster_and_stopping_it_deletes_everything(api
     wait_gone(api, pool.name)  # type: ignore[attr-defined]
 
 
+def test_a_pool_speaks_tls_with_its_own_secret_and_refuses_a_client_without_it(
+    api: object, cpu_k8s_pool: object
+) -> None:
+    """The real path of the pool's TLS on Kubernetes: the Secret mounted into the pods, tls:// only."""
+    from distributed import Client
+
+    pool = cpu_k8s_pool
+    assert pool.scheduler_address.startswith("tls://")  # type: ignore[attr-defined]
+    secrets = list(api.get("secrets", f"{pool.name}-tls", namespace=NAMESPACE, raw=True))  # type: ignore[attr-defined]
+    assert secrets and secrets[0]["metadata"]["ownerReferences"][0]["kind"] == "DaskCluster"
+    with pytest.raises(OSError):
+        Client(pool.scheduler_address.replace("tls://", "tcp://"), timeout=10)  # type: ignore[attr-defined]
+    pool.stop()  # type: ignore[attr-defined]
+    wait_gone(api, pool.name)  # type: ignore[attr-defined]
+    assert not list(api.get("secrets", f"{pool.name}-tls", namespace=NAMESPACE, raw=True))  # type: ignore[attr-defined]
+
+
 def test_a_teams_listing_shows_its_pools_only(api: object, cpu_k8s_pool: object) -> None:
     from gpugeek_jupyter.pools.kubernetes import list_cluster_pools
 

@@ -107,3 +107,23 @@ def test_what_dry_run_prints_holds_no_key(tmp_path: Path) -> None:
     assert "kind: Secret" not in printed and "PRIVATE KEY" not in printed
     key_lines = [line for line in credentials.key_file.read_text().splitlines() if not line.startswith("-----")]
     assert not any(line in printed for line in key_lines)
+
+
+def test_the_launch_uses_tls_by_default_and_the_dry_run_names_the_secret_without_its_contents(
+    monkeypatch: Any,
+) -> None:
+    from gpugeek_jupyter import config
+    from gpugeek_jupyter.pools.k8s_manifest import manifests_for, render_manifests
+
+    config.set_config(None)
+    cluster = manifests_for(SPEC)[0]
+    scheduler = cluster["spec"]["scheduler"]["spec"]["containers"][0]
+    assert "--protocol" in scheduler["args"] and "tls" in scheduler["args"]
+    text = render_manifests(SPEC)
+    assert f"a Secret '{SPEC.name}-tls'" in text and "PRIVATE KEY" not in text
+    assert "data:" not in text.split("---", 1)[0]
+    monkeypatch.setenv("GPUGEEK_POOL_TLS", "0")
+    config.set_config(None)
+    plain = manifests_for(SPEC)[0]["spec"]["scheduler"]["spec"]["containers"][0]
+    assert "--protocol" not in plain["args"] and "-tls'" not in render_manifests(SPEC)
+    config.set_config(None)
