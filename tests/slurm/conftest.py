@@ -47,7 +47,4 @@ def slurm(slurm_cluster: OneHostSlurm, tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("GPUGEEK_SLURM_SHARED_DIRECTORY", str(tmp_path / "shared"))
     monkeypatch.setenv("GPUGEEK_LOG_LEVEL", "ERROR")
     yield slurm_cluster
-    left = slurm_cluster.wait_for_no_jobs(30)
-    if left:
-        slurm_cluster.run("scancel", *left)
-        pytest.fail(f"the test left Slurm jobs {left} behind (cancelled now)")
+    slurm_cluster.fail_if_jobs_left()

@@ -47,11 +47,14 @@ def missing_programs() -> list[str]:
     return [p for p in (*DAEMONS, "sbatch", "squeue", "sinfo", "scancel") if shutil.which(p) is None]
 
 
-def slurm_conf(directory: Path, node: str, cpus: int, controller_port: int, node_port: int) -> str:
-    """The ``slurm.conf`` of a one-host cluster whose files all live in ``directory``."""
+def daemon_conf(
+    directory: Path, controller: str, controller_port: int, node_port: int, cluster: str = "gpugeek-test"
+) -> str:
+    """What every test cluster's ``slurm.conf`` says of its daemons, before its nodes and partitions:
+    everything in ``directory`` (each node's spool, pid and log files named by ``%n``)."""
     return f"""\
-ClusterName=gpugeek-test
-SlurmctldHost={node}(127.0.0.1)
+ClusterName={cluster}
+SlurmctldHost={controller}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -60,11 +63,11 @@ AuthInfo=socket={directory}/munge.socket
 SlurmctldPort={controller_port}
 SlurmdPort={node_port}
 StateSaveLocation={directory}/state
-SlurmdSpoolDir={directory}/spool
+SlurmdSpoolDir={directory}/spool-%n
 SlurmctldPidFile={directory}/slurmctld.pid
-SlurmdPidFile={directory}/slurmd.pid
+SlurmdPidFile={directory}/slurmd-%n.pid
 SlurmctldLogFile={directory}/slurmctld.log
-SlurmdLogFile={directory}/slurmd.log
+SlurmdLogFile={directory}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -80,11 +83,20 @@ MinJobAge=300
 EnforcePartLimits=ALL
 KillWait=5
 InactiveLimit=0
+"""
+
+
+def slurm_conf(directory: Path, node: str, cpus: int, controller_port: int, node_port: int) -> str:
+    """The ``slurm.conf`` of a one-host cluster whose files all live in ``directory``."""
+    return (
+        daemon_conf(directory, f"{node}(127.0.0.1)", controller_port, node_port)
+        + f"""\
 GresTypes=gpu
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=8000 Gres=gpu:{FAKE_GPU_TYPE}:{len(FAKE_GPU_FILES)} State=UNKNOWN
 PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 PartitionName={SECOND_PARTITION} Nodes={node} Default=NO MaxTime=60 State=UP OverSubscribe=FORCE:4
 """
+    )
 
 
 def gres_conf(node: str) -> str:
@@ -127,14 +139,22 @@ class OneHostSlurm:
 
     def _start(self, ready_within: float) -> None:
         d = self.directory
-        for sub in ("state", "spool", "munge"):
-            (d / sub).mkdir(parents=True, exist_ok=True)
+        (d / "state").mkdir(parents=True, exist_ok=True)
+        self.conf.write_text(slurm_conf(d, self.node, os.cpu_count() or 2, free_port(), free_port()))
+        (d / "gres.conf").write_text(gres_conf(self.node))
+        self._start_munge()
+        self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
+        self._spawn("slurmd", ["slurmd", "-D", "-f", str(self.conf), "-N", self.node])
+        self._wait_for(self.node_idle, ready_within, f"node {self.node} idle in sinfo")
+
+    def _start_munge(self) -> None:
+        """munged with a fresh key and a socket of this cluster's (slurm.conf's AuthInfo names it)."""
+        d = self.directory
+        (d / "munge").mkdir(parents=True, exist_ok=True)
         os.chmod(d / "munge", 0o700)
         key = d / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o600)
-        self.conf.write_text(slurm_conf(d, self.node, os.cpu_count() or 2, free_port(), free_port()))
-        (d / "gres.conf").write_text(gres_conf(self.node))
         self._spawn(
             "munged",
             [
@@ -149,9 +169,6 @@ class OneHostSlurm:
             ],
         )
         self._wait_for(lambda: (d / "munge.socket").exists(), 10, "munged's socket")
-        self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
-        self._spawn("slurmd", ["slurmd", "-D", "-f", str(self.conf), "-N", self.node])
-        self._wait_for(self.node_idle, ready_within, f"node {self.node} idle in sinfo")
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.directory / f"{name}.out", "wb")
@@ -175,7 +192,12 @@ class OneHostSlurm:
         )
 
     def log_tail(self, name: str, lines: int = 3) -> str:
-        for path in (self.directory / f"{name}.log", self.directory / f"{name}.out"):
+        logs = [
+            self.directory / f"{name}.log",
+            self.directory / f"{name}-{self.node}.log",
+            self.directory / f"{name}.out",
+        ]
+        for path in logs:
             if path.exists() and path.stat().st_size:
                 return f"{name}: " + " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
         return f"{name}: (no log)"
@@ -204,6 +226,15 @@ class OneHostSlurm:
             time.sleep(0.2)
             left = self.job_ids()
         return left
+
+    def fail_if_jobs_left(self, seconds: float = 30) -> None:
+        """After a test: every job gone within ``seconds``, else cancel them and fail the test."""
+        import pytest
+
+        left = self.wait_for_no_jobs(seconds)
+        if left:
+            self.run("scancel", *left)
+            pytest.fail(f"the test left Slurm jobs {left} behind (cancelled now)")
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop the daemons by their pids, slurmd first (it ends its jobs' processes), munged last."""

@@ -36,10 +36,7 @@ def two_nodes(
     monkeypatch.setenv("GPUGEEK_SLURM_SHARED_DIRECTORY", str(tmp_path / "shared"))
     monkeypatch.setenv("GPUGEEK_LOG_LEVEL", "ERROR")
     yield two_node_cluster
-    left = two_node_cluster.wait_for_no_jobs(30)
-    if left:
-        two_node_cluster.run("scancel", *left)
-        pytest.fail(f"the test left Slurm jobs {left} behind (cancelled now)")
+    two_node_cluster.fail_if_jobs_left()
 
 
 CELL = """

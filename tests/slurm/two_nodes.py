@@ -11,14 +11,13 @@ names of its own and removed again; the daemons are stopped by their pids.
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm.one_host import OneHostSlurm, SlurmUnavailable, free_port
+from slurm.one_host import OneHostSlurm, SlurmUnavailable, daemon_conf, free_port
 
 MULTI_PARTITION = "multi"
 SECOND_NODE = "gpugeek-node2"
@@ -79,28 +78,10 @@ class TwoNodeSlurm(OneHostSlurm):
         self.node = socket.gethostname().split(".")[0]
         self.programs = {p: shutil.which(p) or p for p in ("sbatch", "squeue", "sinfo", "scancel")}
         d = self.directory
-        for sub in ("state", "spool-first", "spool-second", "munge"):
-            (d / sub).mkdir(parents=True, exist_ok=True)
-        os.chmod(d / "munge", 0o700)
-        key = d / "munge" / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        os.chmod(key, 0o600)
+        (d / "state").mkdir(parents=True, exist_ok=True)
         self.conf.write_text(self._conf(free_port(), free_port()))
         (d / "gres.conf").write_text("AutoDetect=off\n")
-        self._spawn(
-            "munged",
-            [
-                "munged",
-                "--foreground",
-                "--force",
-                f"--key-file={key}",
-                f"--socket={d}/munge.socket",
-                f"--pid-file={d}/munge/munged.pid",
-                f"--seed-file={d}/munge/munged.seed",
-                f"--log-file={d}/munge/munged.log",
-            ],
-        )
-        self._wait_for(lambda: (d / "munge.socket").exists(), 10, "munged's socket")
+        self._start_munge()
         self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
         self._spawn("slurmd", ["slurmd", "-D", "-f", str(self.conf), "-N", self.node])
         # the second node: its own network, its own host name; exec all the way, so the pid is slurmd's
@@ -111,41 +92,15 @@ class TwoNodeSlurm(OneHostSlurm):
         self._wait_for(self.nodes_idle, ready_within, f"nodes {self.node} and {SECOND_NODE} idle in sinfo")
 
     def _conf(self, controller_port: int, node_port: int) -> str:
-        d = self.directory
-        return f"""\
-ClusterName=gpugeek-two
-SlurmctldHost={self.node}({self.host_address})
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={d}/munge.socket
-SlurmctldPort={controller_port}
-SlurmdPort={node_port}
-StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool-%n
-SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd-%n.pid
-SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=1
-JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-MinJobAge=300
-KillWait=5
-InactiveLimit=0
+        controller = f"{self.node}({self.host_address})"
+        return (
+            daemon_conf(self.directory, controller, controller_port, node_port, cluster="gpugeek-two")
+            + f"""\
 NodeName={self.node} NodeAddr={self.host_address} CPUs=1 RealMemory=4000 State=UNKNOWN
 NodeName={SECOND_NODE} NodeAddr={self.node_address} CPUs=1 RealMemory=4000 State=UNKNOWN
 PartitionName={MULTI_PARTITION} Nodes={self.node},{SECOND_NODE} Default=YES MaxTime=INFINITE State=UP
 """
+        )
 
     def nodes_idle(self) -> bool:
         answer = self.run("sinfo", "-h", "-N", "-o", "%N %t", "-p", MULTI_PARTITION)
