@@ -11,13 +11,12 @@ keys) is laid over it. Everything that needs a GPU fact or a price reads it from
 from __future__ import annotations
 
 import copy
+import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from .errors import Phrase, SpecError
 

@@ -105,7 +105,7 @@ class PoolTransport:
                 comm = await (
                     connecting if address in self._reached else asyncio.wait_for(connecting, DIRECT_CONNECT_S)
                 )
-            except (OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError) as e:
                 if address in self._reached:  # it was reachable: it went away before the job reached it
                     raise WorkerGone(f"worker {address} is gone ({e})") from e
                 log.info(

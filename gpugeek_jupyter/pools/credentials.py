@@ -133,7 +133,7 @@ def _issue(pool_name: str) -> tuple[bytes, bytes, bytes]:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     not_before, not_after = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=VALID_DAYS)
     label = "".join(c if c.isalnum() or c in "-_." else "-" for c in pool_name)[:40] or "pool"
     ca_key = ec.generate_private_key(ec.SECP256R1())

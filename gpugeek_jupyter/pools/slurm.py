@@ -495,7 +495,7 @@ def _shared_root() -> Path:
 
 def _pool_folder(spec: PoolSpec) -> Path:
     """A new private folder for one launch of ``spec``: ``<shared>/<name>-<UTC time>-<pid>``."""
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
     root = make_private_directory(_shared_root())
     folder = Path(tempfile.mkdtemp(prefix=f"{spec.name}-{stamp}-", dir=root))  # 0700
     make_private_directory(folder / "logs")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from ..catalog import CPU
@@ -32,7 +32,7 @@ def iso_time(timestamp: float | None) -> str | None:
     """A Unix time as an ISO 8601 string in UTC (``None`` stays ``None``)."""
     if timestamp is None:
         return None
-    return datetime.fromtimestamp(timestamp, tz=timezone.utc).isoformat()
+    return datetime.fromtimestamp(timestamp, tz=UTC).isoformat()
 
 
 # -- sources: cost --------------------------------------------------------------------------------
