@@ -7,7 +7,6 @@ loaded on 2 x 2 (the same job size, another mesh). On one process: the directory
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch
 
 from gpugeek_jupyter.jobs import run_cell
 from gpugeek_jupyter.jobs.helpers import Helpers
+from support.pools import attached_pool, owned_local_pool
 
 MODEL = '''
 import torch
@@ -105,37 +105,15 @@ def assert_identical(saved: Any, loaded: Any) -> None:
 @pytest.fixture(scope="module")
 def four_rank_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real 4-worker local cpu pool for the module, owned by its own manager."""
-    from gpugeek_jupyter import config
-    from gpugeek_jupyter.pools import PoolManager
-    from gpugeek_jupyter.spec import PoolSpec
-    from gpugeek_jupyter.store import Registry
-
-    config.set_config(None)
-    manager = PoolManager(registry=Registry(tmp_path_factory.mktemp("owner4") / "owner.sqlite"), owner="tests")
-    pool = manager.launch(PoolSpec.create(gpu_type="cpu", count=4, name="checkpoint-4"))
-    yield pool
-    manager.shutdown()
-
-
-def _client_tls(pool: Any) -> Any:
-    """dask's client TLS configuration for ``pool``, where pools have credentials of their own."""
-    try:
-        from support.tls import client_tls_config
-    except ImportError:
-        return contextlib.nullcontext()
-    return client_tls_config(getattr(pool, "security", None))
+    with owned_local_pool(tmp_path_factory, "checkpoint-4", count=4) as owned:
+        yield owned
 
 
 @pytest.fixture
 def pool4(four_rank_cluster: Any) -> Iterator[Any]:
     """The 4-worker pool attached by address, as a user would (with its TLS settings while attaching)."""
-    import gpugeek_jupyter
-
-    with _client_tls(four_rank_cluster):
-        address = four_rank_cluster.scheduler_address
-        attached = gpugeek_jupyter.launch(backend="address", address=address, count=4, name="checkpoint")
-    yield attached
-    attached.stop()
+    with attached_pool(four_rank_cluster, "checkpoint") as attached:
+        yield attached
 
 
 FSDP_BY_TP = (

@@ -7,7 +7,6 @@ partial products in another order than one process does, which moves the last bi
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from gpugeek_jupyter.jobs import run_cell
+from support.pools import attached_pool, owned_local_pool
 
 pytestmark = pytest.mark.slow
 
@@ -121,37 +121,15 @@ losses
 @pytest.fixture(scope="module")
 def four_rank_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real 4-worker local cpu pool for the module, owned by its own manager."""
-    from gpugeek_jupyter import config
-    from gpugeek_jupyter.pools import PoolManager
-    from gpugeek_jupyter.spec import PoolSpec
-    from gpugeek_jupyter.store import Registry
-
-    config.set_config(None)
-    manager = PoolManager(registry=Registry(tmp_path_factory.mktemp("owner4") / "owner.sqlite"), owner="tests")
-    pool = manager.launch(PoolSpec.create(gpu_type="cpu", count=4, name="parallel-4"))
-    yield pool
-    manager.shutdown()
-
-
-def _client_tls(pool: Any) -> Any:
-    """dask's client TLS configuration for ``pool``, where pools have credentials of their own."""
-    try:
-        from support.tls import client_tls_config
-    except ImportError:
-        return contextlib.nullcontext()
-    return client_tls_config(getattr(pool, "security", None))
+    with owned_local_pool(tmp_path_factory, "parallel-4", count=4) as owned:
+        yield owned
 
 
 @pytest.fixture
 def pool4(four_rank_cluster: Any) -> Iterator[Any]:
     """The 4-worker pool attached by address, as a user would (with its TLS settings while attaching)."""
-    import gpugeek_jupyter
-
-    with _client_tls(four_rank_cluster):
-        address = four_rank_cluster.scheduler_address
-        attached = gpugeek_jupyter.launch(backend="address", address=address, count=4, name="parallel")
-    yield attached
-    attached.stop()
+    with attached_pool(four_rank_cluster, "parallel") as attached:
+        yield attached
 
 
 # -- meshes -----------------------------------------------------------------------------------------

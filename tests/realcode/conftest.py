@@ -13,35 +13,25 @@ from typing import Any
 
 import pytest
 
+from support.pools import attached_pool, owned_local_pool
 from support.tls import client_tls_config
 
 POOL_NAME = "realcode"  # test_realcode.py attaches to the pool by this name
 
 
 @pytest.fixture(scope="module")
-def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real 2-worker local pool owned by a module-wide pool manager; yields its scheduler address."""
-    from gpugeek_jupyter import config
-    from gpugeek_jupyter.pools import PoolManager
-    from gpugeek_jupyter.spec import PoolSpec
-    from gpugeek_jupyter.store import Registry
-
-    config.set_config(None)
-    manager = PoolManager(registry=Registry(tmp_path_factory.mktemp("owner") / "owner.sqlite"), owner="tests")
-    pool = manager.launch(PoolSpec.create(gpu_type="cpu", count=2, name="realcode-shared"))
-    with client_tls_config(pool.security):  # attaching by address, as a user would: with dask's TLS config
-        yield pool.scheduler_address
-    manager.shutdown()
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real 2-worker local pool owned by a module-wide pool manager, with dask's TLS settings for it
+    while the module runs (as a user attaching by address has them)."""
+    with owned_local_pool(tmp_path_factory, "realcode-shared") as owned, client_tls_config(owned.security):
+        yield owned
 
 
 @pytest.fixture
-def pool(shared_cluster: str) -> Iterator[Any]:
+def pool(shared_cluster: Any) -> Iterator[Any]:
     """The shared cluster as this test's current pool, named ``realcode`` (attached by address, 2 workers)."""
-    import gpugeek_jupyter
-
-    attached = gpugeek_jupyter.launch(backend="address", address=shared_cluster, count=2, name=POOL_NAME)
-    yield attached
-    attached.stop()
+    with attached_pool(shared_cluster, POOL_NAME) as attached:
+        yield attached
 
 
 @pytest.fixture
