@@ -82,7 +82,9 @@ def test_script_exit_status_decides_success(pool: Any, in_tmp: Path) -> None:
     three = run_script(pool, "three.py")
     assert not three.ok and three.returncodes == [0, 3] and three.failed_rank == 1
     boom = run_script(pool, "boom.py")
-    assert not boom.ok and boom.returncodes == [1, 1]
+    # every rank raises; the first to exit with 1 stops the other, which may have exited with 1 too by then
+    assert not boom.ok and boom.returncodes[boom.failed_rank] == 1, boom.returncodes
+    assert all(code in (1, None) for code in boom.returncodes), boom.returncodes
     assert "RuntimeError: no data" in boom.traceback and "boom.py" in boom.traceback
 
 
