@@ -31,7 +31,7 @@ from gpugeek_jupyter.config import GpugeekConfig
 from gpugeek_jupyter.cost import ledger
 from gpugeek_jupyter.pricing import prices_in_force
 from gpugeek_jupyter.server.models import PoolCost, make_pool_model, pool_telemetry
-from gpugeek_jupyter.server.pools_query import parse_pools_query
+from gpugeek_jupyter.server.queries import parse_pools_query
 from gpugeek_jupyter.server.service import GpugeekService
 from gpugeek_jupyter.spec import PoolSpec
 from gpugeek_jupyter.store import MIGRATIONS, PoolRecord, Registry, process_started_at

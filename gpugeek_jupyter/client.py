@@ -27,6 +27,8 @@ from .errors import SpecError, Surface, phrased_for
 
 log = logging.getLogger(__name__)
 
+DEFAULT_JOBS_LIMIT = 50  # how many job records a listing shows (jobs(), %gpugeek_jobs, GET /gpugeek/jobs)
+
 
 class _Secret:
     """A string that does not print itself."""
@@ -102,7 +104,7 @@ class ClusterClient:
         with phrased_for(Surface.PYTHON):
             return Job(get_pool_manager().get(pool), owns_pool=False)
 
-    def jobs(self, limit: int = 50, pool: str | None = None) -> list[JobRecord]:
+    def jobs(self, limit: int = DEFAULT_JOBS_LIMIT, pool: str | None = None) -> list[JobRecord]:
         """The newest ``limit`` job records of the registry, of pool ``pool`` or of every pool, every
         kernel included (``%gpugeek_jobs --pool NAME --limit N``)."""
         from .store import get_registry

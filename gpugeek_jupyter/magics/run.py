@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from ..client import DEFAULT_JOBS_LIMIT
 from ..errors import Phrase, SpecError
 from ._common import chosen_pool, parse_options, pool_arguments, usage_errors
 
@@ -244,7 +245,7 @@ class JobMagics(Magics):
 
     @magic_arguments()
     @pool_arguments("whose jobs to list (default: every pool's)")
-    @argument("--limit", default="50", help="how many, newest first")
+    @argument("--limit", default=str(DEFAULT_JOBS_LIMIT), help="how many, newest first")
     @line_magic
     def gpugeek_jobs(self, line: str) -> Any:
         """Example::

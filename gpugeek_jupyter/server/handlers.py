@@ -22,11 +22,11 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from ..errors import ConflictError, GpugeekError, Phrase, SpecError, Surface, Value
+from ..errors import ConflictError, GpugeekError, Phrase, Surface, Value
 from ..store import JobStatus, Registry
 from .launch_request import parse_launch_body
-from .pools_query import parse_pools_query
-from .service import DEFAULT_OUTPUT_LINES, MAX_OUTPUT_LINES, GpugeekService
+from .queries import parse_jobs_query, parse_output_lines, parse_pools_query
+from .service import GpugeekService
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,8 @@ class JobsHandler(GpugeekHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        await self.answer(self.service.list_jobs, self.get_query_argument("pool", None) or None)
+        query = parse_jobs_query({key: self.get_query_argument(key) for key in self.request.query_arguments})
+        await self.answer(self.service.list_jobs, query.pool, query.limit)
 
 
 class JobHandler(GpugeekHandler):
@@ -142,43 +143,6 @@ class JobOutputHandler(GpugeekHandler):
     async def get(self, job_id: str) -> None:
         lines = parse_output_lines({key: self.get_query_argument(key) for key in self.request.query_arguments})
         await self.answer(self.service.job_output, job_id, lines)
-
-
-_OUTPUT_LINES_RULE = Phrase(
-    "{field} must be {rule}, got {value} (e.g. ?lines={example_lines})", example_lines=DEFAULT_OUTPUT_LINES
-)
-
-
-def parse_output_lines(arguments: dict[str, str]) -> int:
-    """``lines`` of ``GET /gpugeek/jobs/<id>/output?lines=N`` (absent or empty: the default); a
-    SpecError naming ``lines`` for anything but a whole number from 1 to ``MAX_OUTPUT_LINES``.
-
-    >>> parse_output_lines({"lines": "100"}), parse_output_lines({})
-    (100, 40)
-    >>> parse_output_lines({"lines": "0"})
-    Traceback (most recent call last):
-      ...
-    gpugeek_jupyter.errors.SpecError: lines must be a whole number from 1 to 500, got '0' (e.g. ?lines=40)
-    """
-    for key, value in arguments.items():
-        # a bare key without a value is JupyterLab's cache-buster (ServerConnection adds ?<timestamp>)
-        if key != "lines" and value:
-            raise SpecError(
-                Phrase(
-                    "unknown query parameter {key} for GET /gpugeek/jobs/<id>/output (known: lines); e.g. ?lines=40",
-                    key=Value(key),
-                ),
-                field=key,
-            )
-    raw = arguments.get("lines") or ""
-    if not raw:
-        return DEFAULT_OUTPUT_LINES
-    number = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else 0
-    if not 1 <= number <= MAX_OUTPUT_LINES:
-        raise SpecError(
-            _OUTPUT_LINES_RULE, field="lines", value=raw, rule=f"a whole number from 1 to {MAX_OUTPUT_LINES}"
-        )
-    return number
 
 
 class JobWhereHandler(GpugeekHandler):

@@ -30,6 +30,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..catalog import load_catalog
+from ..client import DEFAULT_JOBS_LIMIT
 from ..config import BACKENDS, GpugeekConfig
 from ..errors import GpugeekError, NotFoundError, SpecError
 from ..pools import PoolManager
@@ -50,7 +51,7 @@ from .models import (
     pool_cost,
     pool_telemetry,
 )
-from .pools_query import DEFAULT_PAGE, ENDED, LIVE, RECENT, STATES
+from .queries import DEFAULT_OUTPUT_LINES, DEFAULT_PAGE, ENDED, LIVE, RECENT, STATES
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,6 @@ REGISTRATION_TIMEOUT_S = 60.0  # a new pool row needs one SQLite write; this onl
 RECENT_ENDED_LIMIT = 30  # ended pools in the panel's default answer; older ones are on the history pages
 SETTLED_AFTER_END_S = 60.0  # an owner's last writes (a heartbeat's sample) land within this after the end
 SETTLED_KEPT = 1024  # ended pools whose cost and telemetry are kept (a poll plus a few history pages)
-DEFAULT_OUTPUT_LINES = 40  # lines of a job's grouped tail in the panel's job view
-MAX_OUTPUT_LINES = 500
 # the slurm options the panel's launch form offers (extra #SBATCH lines: the magic and the API only)
 SLURM_FORM_DEFAULTS = tuple(option for option in SLURM_OPTIONS if option != "sbatch_directives")
 
@@ -286,9 +285,10 @@ class GpugeekService:
         return cost, telemetry
 
     # -- jobs ------------------------------------------------------------------------------------
-    def list_jobs(self, pool: str | None = None) -> dict[str, Any]:
+    def list_jobs(self, pool: str | None = None, limit: int = DEFAULT_JOBS_LIMIT) -> dict[str, Any]:
+        """The newest ``limit`` jobs, of pool ``pool`` or of every pool."""
         pool_id = self.registry.latest_pool(pool).id if pool else None
-        jobs = self.registry.list_jobs(pool_id=pool_id)
+        jobs = self.registry.list_jobs(pool_id=pool_id, limit=limit)
         return {"jobs": [self._job_model(job) for job in jobs]}
 
     def job(self, job_id: str) -> dict[str, Any]:

@@ -109,18 +109,18 @@ async def test_state_live_lists_only_live_pools(api: Fetch) -> None:
 
 
 BAD_PARAMETERS = [
-    ({"state": "bogus"}, "state", "'bogus'"),
-    ({"state": "x" * 200}, "state", "'xxx"),
-    ({"state": "ended", "before": "abc"}, "before", "'abc'"),
-    ({"state": "ended", "before": "0"}, "before", "'0'"),
-    ({"state": "ended", "before": "-3"}, "before", "'-3'"),
-    ({"state": "ended", "before": "99999999999999999999"}, "before", "'99999999999999999999'"),
-    ({"state": "ended", "limit": "0"}, "limit", "'0'"),
-    ({"state": "ended", "limit": "501"}, "limit", "'501'"),
-    ({"state": "ended", "limit": "2.5"}, "limit", "'2.5'"),
+    ({"state": "bogus"}, "state", '"bogus"'),
+    ({"state": "x" * 200}, "state", '"xxx'),
+    ({"state": "ended", "before": "abc"}, "before", '"abc"'),
+    ({"state": "ended", "before": "0"}, "before", '"0"'),
+    ({"state": "ended", "before": "-3"}, "before", '"-3"'),
+    ({"state": "ended", "before": "99999999999999999999"}, "before", '"99999999999999999999"'),
+    ({"state": "ended", "limit": "0"}, "limit", '"0"'),
+    ({"state": "ended", "limit": "501"}, "limit", '"501"'),
+    ({"state": "ended", "limit": "2.5"}, "limit", '"2.5"'),
     ({"before": "10"}, "before", "state=ended"),
-    ({"state": "live", "limit": "10"}, "limit", "'live'"),
-    ({"stat": "ended"}, "stat", "'stat'"),
+    ({"state": "live", "limit": "10"}, "limit", '"live"'),
+    ({"stat": "ended"}, "stat", '"stat"'),
 ]
 
 
@@ -132,7 +132,7 @@ async def test_bad_listing_parameters_are_400_naming_the_parameter_with_an_examp
     assert (status, body["field"]) == (400, field)
     message = body["message"]
     assert "\n" not in message and len(message) < 300
-    assert quoted in message and "e.g. ?state=" in message
+    assert quoted in message and "e.g. ?state=" in message  # values as JSON writes them, as every REST error
 
 
 async def test_jupyterlabs_cache_busting_bare_timestamp_is_ignored(api: Fetch) -> None:
@@ -199,3 +199,24 @@ def test_an_ended_pools_cost_is_computed_once_until_its_data_volumes_change(
     third = service.list_pools()
     assert priced[3:] == ["this-morning", "running"]
     assert third["pools"][0]["usd_so_far"] > first["pools"][0]["usd_so_far"]
+
+
+async def test_the_jobs_listing_takes_a_limit_as_the_magic_and_the_python_api_do(api: Fetch) -> None:
+    registry = get_registry()
+    pool_id = add_pool("busy")
+    now = [1000.0]
+    timed = Registry(registry.path, clock=lambda: now[0])
+    for index in range(60):
+        now[0] += 1
+        timed.add_job(f"job-{index:02d}", pool_id, "busy", "cell", code_sha256="0" * 64, ranks=1)
+    status, body = await api("GET", "jobs")
+    assert status == 200 and len(body["jobs"]) == 50  # the same default as jobs() and %gpugeek_jobs
+    assert body["jobs"][0]["id"] == "job-59"  # newest first
+    status, body = await api("GET", "jobs", params={"pool": "busy", "limit": "5"})
+    assert [j["id"] for j in body["jobs"]] == ["job-59", "job-58", "job-57", "job-56", "job-55"]
+    for bad, quoted in (("0", '"0"'), ("x", '"x"'), ("501", '"501"')):
+        status, body = await api("GET", "jobs", params={"limit": bad})
+        assert (status, body["field"]) == (400, "limit")
+        assert body["message"] == f'"limit" must be a whole number from 1 to 500, got {quoted} (e.g. ?limit=50)'
+    status, body = await api("GET", "jobs", params={"limt": "5"})
+    assert (status, body["field"]) == (400, "limt") and "known: pool, limit" in body["message"]

@@ -1,0 +1,153 @@
+"""The query strings of the REST routes, checked in one place: a bad value is a 400 naming its
+parameter and a valid example, phrased for the request (names and values as JSON writes them).
+
+=============================================  ==========================================================
+``GET /gpugeek/pools``                         live pools and pools that ended in the last 24 h (the
+                                               panel's poll: the newest record of each name)
+``?state=live``                                live pools only
+``?state=ended[&before=ID][&limit=N]``         history, newest first, every record; the answer's
+                                               ``next`` is the ``before`` of the following page
+``&namespace=team-a``                          with any of them: only that Kubernetes namespace
+``GET /gpugeek/jobs[?pool=NAME][&limit=N]``    the newest ``limit`` jobs (50), of one pool or of all
+``GET /gpugeek/jobs/<id>/output[?lines=N]``    the last ``lines`` lines of the job's output (40)
+=============================================  ==========================================================
+
+A bare key without a value is JupyterLab's cache-buster (``ServerConnection`` adds ``?<timestamp>``):
+it is ignored, as are empty values.
+
+>>> parse_pools_query({"state": "ended", "before": "120", "limit": "20"})
+PoolsQuery(state='ended', before=120, limit=20, namespace=None)
+>>> parse_jobs_query({"pool": "dev", "limit": "10"})
+JobsQuery(pool='dev', limit=10)
+>>> with phrased_for(Surface.SERVER):
+...     parse_jobs_query({"limit": "0"})
+Traceback (most recent call last):
+  ...
+gpugeek_jupyter.errors.SpecError: "limit" must be a whole number from 1 to 500, got "0" (e.g. ?limit=50)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..client import DEFAULT_JOBS_LIMIT
+from ..errors import Phrase, SpecError, Surface, Value, phrased_for  # noqa: F401  (Surface, phrased_for: the doctest)
+
+RECENT = "recent"
+LIVE = "live"
+ENDED = "ended"
+STATES = (RECENT, LIVE, ENDED)
+DEFAULT_PAGE = 50
+MAX_PAGE = 500
+MAX_POOL_ID = 2**63 - 1  # SQLite's largest integer
+DEFAULT_OUTPUT_LINES = 40  # lines of a job's grouped tail in the panel's job view
+MAX_OUTPUT_LINES = 500
+POOLS_PARAMETERS = ("namespace", "state", "before", "limit")
+JOBS_PARAMETERS = ("pool", "limit")
+OUTPUT_PARAMETERS = ("lines",)
+
+
+@dataclass(frozen=True)
+class PoolsQuery:
+    """Which pools ``GET /gpugeek/pools`` answers with; ``before`` and ``limit`` page through ``ended``."""
+
+    state: str = RECENT
+    before: int | None = None
+    limit: int = DEFAULT_PAGE
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class JobsQuery:
+    """Which jobs ``GET /gpugeek/jobs`` answers with, newest first."""
+
+    pool: str | None = None
+    limit: int = DEFAULT_JOBS_LIMIT
+
+
+def _given(arguments: Mapping[str, str | None], known: tuple[str, ...], route: str, example: str) -> dict[str, str]:
+    """The arguments that carry a value; a SpecError naming the first unknown one."""
+    for key, value in arguments.items():
+        if key not in known and value:
+            raise SpecError(
+                Phrase(
+                    "unknown query parameter {key} for {route} (known: {known}); e.g. {example}",
+                    key=Value(key),
+                    route=route,
+                    known=", ".join(known),
+                    example=example,
+                ),
+                field=key,
+            )
+    return {key: value for key, value in arguments.items() if value}
+
+
+def _whole_number(key: str, raw: str, low: int, high: int, rule: str, example: str) -> int:
+    number = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 19 else None
+    if number is None or not low <= number <= high:
+        raise SpecError(
+            Phrase("{field} must be {rule}, got {value} (e.g. {query})", query=example), field=key, value=raw, rule=rule
+        )
+    return number
+
+
+def parse_pools_query(arguments: Mapping[str, str | None]) -> PoolsQuery:
+    """A :class:`PoolsQuery` from the request's query arguments (absent or empty: the default)."""
+    given = _given(arguments, POOLS_PARAMETERS, "GET /gpugeek/pools", "?state=ended&limit=50")
+    state = given.get("state", RECENT)
+    if state not in STATES:
+        raise SpecError(
+            Phrase("{field} must be one of {states}, got {value} (e.g. ?state=ended)", states=", ".join(STATES)),
+            field="state",
+            value=state,
+        )
+    for key in ("before", "limit"):
+        if key in given and state != ENDED:
+            why = "got state {state}" if "state" in given else f"and state defaults to {RECENT}"
+            raise SpecError(
+                Phrase(
+                    "{field} pages through ended pools, so it needs state=ended ("
+                    + why
+                    + "); e.g. ?state=ended&{key}={n}",
+                    state=Value(state),
+                    key=key,
+                    n=120 if key == "before" else DEFAULT_PAGE,
+                ),
+                field=key,
+            )
+    before = None
+    if "before" in given:
+        before = _whole_number(
+            "before", given["before"], 1, MAX_POOL_ID, "a pool id (a whole number from 1)", "?state=ended&before=120"
+        )
+    limit = DEFAULT_PAGE
+    if "limit" in given:
+        rule = f"a whole number from 1 to {MAX_PAGE}"
+        limit = _whole_number("limit", given["limit"], 1, MAX_PAGE, rule, f"?state=ended&limit={DEFAULT_PAGE}")
+    return PoolsQuery(state=state, before=before, limit=limit, namespace=given.get("namespace"))
+
+
+def parse_jobs_query(arguments: Mapping[str, str | None]) -> JobsQuery:
+    """A :class:`JobsQuery`: ``pool`` (a pool's name) and ``limit`` (1 to 500, default 50), as
+    ``%gpugeek_jobs --pool NAME --limit N`` and ``ClusterClient().jobs(limit=, pool=)``."""
+    given = _given(arguments, JOBS_PARAMETERS, "GET /gpugeek/jobs", f"?pool=dev&limit={DEFAULT_JOBS_LIMIT}")
+    limit = DEFAULT_JOBS_LIMIT
+    if "limit" in given:
+        rule = f"a whole number from 1 to {MAX_PAGE}"
+        limit = _whole_number("limit", given["limit"], 1, MAX_PAGE, rule, f"?limit={DEFAULT_JOBS_LIMIT}")
+    return JobsQuery(pool=given.get("pool"), limit=limit)
+
+
+def parse_output_lines(arguments: Mapping[str, str | None]) -> int:
+    """``lines`` of ``GET /gpugeek/jobs/<id>/output?lines=N`` (1 to 500; absent or empty: 40).
+
+    >>> parse_output_lines({"lines": "100"}), parse_output_lines({})
+    (100, 40)
+    """
+    example = f"?lines={DEFAULT_OUTPUT_LINES}"
+    given = _given(arguments, OUTPUT_PARAMETERS, "GET /gpugeek/jobs/<id>/output", example)
+    if "lines" not in given:
+        return DEFAULT_OUTPUT_LINES
+    rule = f"a whole number from 1 to {MAX_OUTPUT_LINES}"
+    return _whole_number("lines", given["lines"], 1, MAX_OUTPUT_LINES, rule, example)
