@@ -18,7 +18,9 @@ the frontend keeps drawing one labelled bar in place.
 
 from __future__ import annotations
 
+import collections
 import contextvars
+import itertools
 import re
 import threading
 import time
@@ -113,6 +115,7 @@ class _Group:
     ranks: list[int]
     due: float  # shown by then at the latest
     seq: int
+    shown: bool = False
 
 
 class GroupedWriter:
@@ -152,7 +155,10 @@ class GroupedWriter:
         self.expected = set(ranks) if ranks is not None else set(range(world_size))
         self._clock = clock
         self._partial: dict[tuple[int, str], str] = {}
-        self._pending: list[_Group] = []
+        self._pending: collections.deque[_Group] = collections.deque()  # in the order they are shown
+        # live: the pending groups by (stream, line) and by (stream, line but for the rank), oldest
+        # first, so that a line finds the group it joins without scanning every pending line
+        self._by_line: dict[tuple[str, str], collections.deque[_Group]] = {}
         self._last_group: dict[int, _Group] = {}  # the newest group each rank is in
         self.align = align
         self._seq = 0
@@ -183,10 +189,13 @@ class GroupedWriter:
 
     # -- grouping ------------------------------------------------------------------------------
     def _add(self, rank: int, stream: str, line: str) -> None:
+        if not self.align:
+            self._add_live(rank, stream, line)
+            return
         # joining a group older than the rank's newest would reorder this rank's lines
         last = self._last_group.get(rank)
         after = self._pending.index(last) if last is not None and last in self._pending else -1
-        for group in self._pending[after + 1 :]:
+        for group in itertools.islice(self._pending, after + 1, None):
             if group.stream != stream or rank in group.ranks:
                 continue
             if line == group.exact or _without_rank(line, rank) == group.generic:
@@ -202,13 +211,48 @@ class GroupedWriter:
         self._pending.insert(after + 1 if self.align else len(self._pending), new)
         self._last_group[rank] = new
 
+    def _add_live(self, rank: int, stream: str, line: str) -> None:
+        """Live output: pending groups are in the order they were made, so the group a line joins is
+        the oldest one alike that is newer than the rank's own newest (which keeps the rank's lines
+        in order, and which the rank is not in yet). Amortized O(1) a line."""
+        last = self._last_group.get(rank)
+        after = last.seq if last is not None else 0
+        generic = _without_rank(line, rank)
+        best: _Group | None = None
+        for key in ((stream, "=" + line), (stream, "~" + generic)):
+            groups = self._by_line.get(key)
+            while groups and groups[0].shown:
+                groups.popleft()
+            if not groups:
+                self._by_line.pop(key, None)
+                continue
+            for group in groups:  # oldest first: the first one alike that is newer than the rank's newest
+                if group.seq <= after or group.shown or (best is not None and group.seq >= best.seq):
+                    continue
+                if line == group.exact or generic == group.generic:
+                    best = group
+                    break
+        if best is not None:
+            if line != best.exact:
+                best.exact = None
+            best.ranks.append(rank)
+            self._last_group[rank] = best
+            return
+        self._seq += 1
+        new = _Group(stream, line, generic, [rank], self._clock() + self.window, self._seq)
+        self._pending.append(new)
+        self._by_line.setdefault((stream, "=" + line), collections.deque()).append(new)
+        self._by_line.setdefault((stream, "~" + generic), collections.deque()).append(new)
+        self._last_group[rank] = new
+
     def _flush(self, now: float) -> None:
         """Show the oldest groups that are complete or due, in order."""
         while self._pending:
             group = self._pending[0]
             if group.due > now and not self.expected <= set(group.ranks):
                 return
-            self._pending.pop(0)
+            self._pending.popleft()
+            group.shown = True
             text = group.exact if group.exact is not None else group.generic.replace(_RANK_PLACEHOLDER, "{rank}")
             target = self._target(group.stream)
             target.write(f"{ranks_label(group.ranks)} {text}\n")
