@@ -24,6 +24,7 @@ not finish are ignored, and removed by the next ``gg.checkpoint`` on the locatio
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -31,6 +32,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
+
+log = logging.getLogger(__name__)
 
 METADATA = ".metadata"  # DCP's own file, written once every rank's shards are
 _STEP = re.compile(r"^step-(\d+)(\.pt)?$")
@@ -196,3 +199,45 @@ class CheckpointDir:
         os.replace(self.local / staging, self.local / final)
         self.remove(old)
         return True
+
+
+class CheckpointBase:
+    """What both kinds of ``gg.checkpoint`` hold: the location, the model and optimizer, how many
+    to keep, this rank, the loader, and where training continues (``step``, ``extra``, ``path``)."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        sharded: bool,
+        model: Any = None,
+        optimizer: Any = None,
+        keep: int = 3,
+        rank: int = 0,
+        loader: Any = None,
+    ) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep!r} (e.g. keep=3)")
+        self.store = CheckpointDir(directory, sharded=sharded)
+        self.directory: CheckpointPath = self.store.local if self.store.local is not None else self.store.location
+        self.model = model
+        self.optimizer = optimizer
+        self.keep = keep
+        self.rank = rank
+        self.loader = loader
+        self.step = 0  # where to continue: 0 when the location has none
+        self.extra: dict[str, Any] = {}  # what save() was given besides the step
+        self.path: CheckpointPath | None = None  # the checkpoint loaded or saved last
+
+    def newest(self) -> CheckpointPath | None:
+        """The whole checkpoint with the highest step (what unfinished saves left is ignored)."""
+        name = self.store.newest()
+        return self.store.path(name) if name else None
+
+    def _remove_unfinished(self) -> None:
+        """Rank 0: remove what saves that did not finish left."""
+        if self.rank != 0:
+            return
+        for name in self.store.unfinished():
+            log.info("removing %s, left by a save that did not finish", self.store.path(name))
+            self.store.remove(name)

@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .checkpoint_dir import CheckpointDir, CheckpointPath
+from .checkpoint_dir import CheckpointBase, CheckpointPath
 
 if TYPE_CHECKING:
     from .parallel import Pipeline
@@ -361,12 +361,9 @@ class Helpers:
         return ckpt
 
 
-class Checkpoint:
-    """Atomic checkpoints: ``step-<n>.pt`` written by rank 0 to a temporary name, then renamed.
-
-    ``step`` is where to continue (0 when the directory has none); ``extra`` holds what ``save``
-    was given besides the step.
-    """
+class Checkpoint(CheckpointBase):
+    """Atomic checkpoints: ``step-<n>.pt`` written by rank 0 under a temporary name, then renamed
+    (see :mod:`.checkpoint_dir`); ``step`` is where to continue, ``extra`` what ``save`` was given."""
 
     def __init__(
         self,
@@ -377,29 +374,13 @@ class Checkpoint:
         rank: int = 0,
         loader: Any = None,
     ) -> None:
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be at least 1, got {keep!r} (e.g. keep=3)")
-        self.store = CheckpointDir(directory, sharded=False)
-        self.directory: CheckpointPath = self.store.local if self.store.local is not None else self.store.location
-        self.model = model
-        self.optimizer = optimizer
-        self.keep = keep
-        self.rank = rank
-        self.loader = loader
-        self.step = 0
-        self.extra: dict[str, Any] = {}
-        self.path: CheckpointPath | None = None  # the file loaded or saved last
-        if self.rank == 0:
-            for name in self.store.unfinished():
-                self.store.remove(name)
+        super().__init__(
+            directory, sharded=False, model=model, optimizer=optimizer, keep=keep, rank=rank, loader=loader
+        )
+        self._remove_unfinished()
 
     def __repr__(self) -> str:
         return f"<Checkpoint {self.store.location!r} step={self.step}>"
-
-    def newest(self) -> CheckpointPath | None:
-        """The checkpoint with the highest step in the directory (temporary files are ignored)."""
-        name = self.store.newest()
-        return self.store.path(name) if name else None
 
     def load(self) -> int:
         """Load the newest checkpoint into the model and optimizer; the step to continue from."""

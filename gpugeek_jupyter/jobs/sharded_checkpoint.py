@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from .checkpoint_dir import CheckpointDir, CheckpointPath
+from .checkpoint_dir import CheckpointBase, CheckpointPath
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ _GROUPS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _IN_FLIGHT: dict[str, list[ShardedCheckpoint]] = {}
 
 
-class ShardedCheckpoint:
+class ShardedCheckpoint(CheckpointBase):
     """Sharded, resharding checkpoints of ``model``/``optimizer``/step (and ``loader``'s position).
 
     ``step`` is where to continue (0 when the directory has none); ``extra`` holds what ``save`` was
@@ -60,36 +60,16 @@ class ShardedCheckpoint:
         asynchronous: bool = False,
         loader: Any = None,
     ) -> None:
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be at least 1, got {keep!r} (e.g. keep=3)")
-        self.store = CheckpointDir(directory, sharded=True)
-        self.directory: CheckpointPath = self.store.local if self.store.local is not None else self.store.location
-        self.model = model
-        self.optimizer = optimizer
-        self.keep = keep
-        self.rank = rank
+        super().__init__(directory, sharded=True, model=model, optimizer=optimizer, keep=keep, rank=rank, loader=loader)
         self.asynchronous = asynchronous
-        self.loader = loader
-        self.step = 0
-        self.extra: dict[str, Any] = {}
-        self.path: CheckpointPath | None = None  # the checkpoint loaded or saved last
         self._pending: _PendingSave | None = None
         for earlier in list(_IN_FLIGHT.get(self.store.key, ())):
             earlier.wait()
-        if self.rank == 0:
-            for name in self.store.unfinished():
-                log.info("removing %s, left by a save that did not finish", self.store.path(name))
-                self.store.remove(name)
+        self._remove_unfinished()
 
     def __repr__(self) -> str:
         pending = ", saving" if self._pending is not None else ""
         return f"<ShardedCheckpoint {self.store.location!r} step={self.step}{pending}>"
-
-    # -- finding ---------------------------------------------------------------------------------
-    def newest(self) -> CheckpointPath | None:
-        """The whole checkpoint with the highest step (partial saves are ignored)."""
-        name = self.store.newest()
-        return self.store.path(name) if name else None
 
     # -- loading ---------------------------------------------------------------------------------
     def load(self) -> int:
