@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,8 @@ CELLS = [
 ]
 STOP_CELL = "%gpugeek_stop widgets-demo"
 RUN_TIMEOUT_MS = 90_000
+
+PAGE_VIEWPORT = {"width": 1280, "height": 1000}  # the page fixture's size (support/browser.py)
 
 
 def expect(target: Any) -> Any:
@@ -52,24 +53,6 @@ def write_notebook(path: Path, sources: list[str]) -> None:
         "nbformat_minor": 5,
     }
     path.write_text(json.dumps(notebook, indent=1))
-
-
-@pytest.fixture
-def page(browser_context: Any) -> Iterator[Any]:
-    page = browser_context.new_page()
-    page.set_viewport_size({"width": 1280, "height": 1000})
-    try:
-        yield page
-    finally:
-        page.close()
-
-
-@pytest.fixture
-def screenshot_on_failure(page: Any, artifacts: Path, request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    report = getattr(request.node, "rep_call", None)
-    if report is None or report.failed:
-        page.screenshot(path=str(artifacts / "failure.png"), full_page=True)
 
 
 def test_pool_card_cost_meter_and_utilization_panel_render_and_move(

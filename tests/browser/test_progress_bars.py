@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,23 +55,7 @@ CELLS = [
 STOP_CELL = "%gpugeek_stop bars-demo"
 RUN_TIMEOUT_MS = 120_000
 
-
-@pytest.fixture
-def page(browser_context: Any) -> Iterator[Any]:
-    page = browser_context.new_page()
-    page.set_viewport_size({"width": 1280, "height": 900})
-    try:
-        yield page
-    finally:
-        page.close()
-
-
-@pytest.fixture
-def screenshot_on_failure(page: Any, artifacts: Path, request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    report = getattr(request.node, "rep_call", None)
-    if report is None or report.failed:
-        page.screenshot(path=str(artifacts / "failure.png"), full_page=True)
+PAGE_VIEWPORT = {"width": 1280, "height": 900}  # the page fixture's size (support/browser.py)
 
 
 def bars_of(cell: Any) -> list[dict[str, Any]]:

@@ -73,9 +73,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture
-def page(browser_context: Any) -> Iterator[Any]:
+def page(browser_context: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A new page; a test module's ``PAGE_VIEWPORT`` (``{"width": ..., "height": ...}``) sizes it."""
     page = browser_context.new_page()
+    viewport = getattr(request.module, "PAGE_VIEWPORT", None)
+    if viewport:
+        page.set_viewport_size(viewport)
     try:
         yield page
     finally:
         page.close()
+
+
+@pytest.fixture
+def screenshot_on_failure(page: Any, artifacts: Path, request: pytest.FixtureRequest) -> Iterator[None]:
+    """A full-page screenshot (``failure.png`` in the test's artifacts) when the test fails."""
+    yield
+    report = getattr(request.node, "rep_call", None)
+    if report is None or report.failed:
+        page.screenshot(path=str(artifacts / "failure.png"), full_page=True)
