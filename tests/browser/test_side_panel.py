@@ -26,7 +26,7 @@ import pytest
 from gpugeek_jupyter.pricing import prices_in_force
 from gpugeek_jupyter.spec import PoolSpec
 from gpugeek_jupyter.store import JobStatus, PoolStatus, Registry
-from support.kernel import KernelSession
+from support.kernel import KernelSession, magics_kernel
 from support.lab_server import LabServer, start_lab
 from support.panel import (
     READY_TIMEOUT_MS,
@@ -73,15 +73,9 @@ def worker_pids(registry: Registry, name: str, count: int, seconds: float = 15.0
 @pytest.fixture
 def kernel(lab: LabServer) -> Iterator[KernelSession]:
     """A notebook kernel on the same registry as the server, with the magics loaded."""
-    session = KernelSession(
-        env={"GPUGEEK_REGISTRY": str(lab.registry), "GPUGEEK_HEARTBEAT": "0.5", "GPUGEEK_PRELOAD_TORCH": "0"}
-    )
-    try:
-        loaded = session.run("%load_ext gpugeek_jupyter", timeout=30)
-        assert loaded.error is None, loaded.text
+    env = {"GPUGEEK_REGISTRY": str(lab.registry), "GPUGEEK_HEARTBEAT": "0.5", "GPUGEEK_PRELOAD_TORCH": "0"}
+    with magics_kernel(env) as session:
         yield session
-    finally:
-        session.shutdown()
 
 
 def test_panel_shows_pools_from_its_form_and_a_kernel_and_stops_both_leaving_no_worker(

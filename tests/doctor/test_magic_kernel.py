@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from support.kernel import KernelSession
+from support.kernel import KernelSession, magics_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -16,12 +16,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
     registry = tmp_path_factory.mktemp("doctor-registry") / "gpugeek.sqlite"
-    session = KernelSession(env={"GPUGEEK_REGISTRY": str(registry)})
-    try:
-        assert session.run("%load_ext gpugeek_jupyter").error is None
+    with magics_kernel({"GPUGEEK_REGISTRY": str(registry)}) as session:
         yield session
-    finally:
-        session.shutdown()
 
 
 def test_doctor_prints_one_line_per_check_and_the_jupyter_checks_pass(kernel: KernelSession) -> None:

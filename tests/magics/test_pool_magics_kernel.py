@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from gpugeek_jupyter.store import PoolStatus, Registry
-from support.kernel import KernelSession
+from support.kernel import KernelSession, magics_kernel
 from support.processes import wait_until_gone
 
 pytestmark = pytest.mark.slow
@@ -19,12 +19,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def kernel(isolated_registry: Path) -> Iterator[KernelSession]:
-    session = KernelSession(env={"GPUGEEK_REGISTRY": str(isolated_registry), "GPUGEEK_HEARTBEAT": "0.5"})
-    try:
-        assert session.run("%load_ext gpugeek_jupyter").error is None
+    with magics_kernel({"GPUGEEK_REGISTRY": str(isolated_registry), "GPUGEEK_HEARTBEAT": "0.5"}) as session:
         yield session
-    finally:
-        session.shutdown()
 
 
 def _worker_pids(registry: Registry, pool_name: str) -> list[int]:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.kernel import KernelSession
+from support.kernel import KernelSession, magics_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -32,15 +32,9 @@ for step in tqdm(range(3), desc="train"):
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
     registry = tmp_path_factory.mktemp("eight") / "registry.sqlite"
-    session = KernelSession(env={"GPUGEEK_REGISTRY": str(registry)})
-    try:
-        assert session.run("%load_ext gpugeek_jupyter").error is None
-        launched = session.run("%gpugeek_launch --gpu-type cpu --count 8 --name eight --quiet", timeout=240)
-        assert launched.error is None, launched.text
+    launch = "--gpu-type cpu --count 8 --name eight --quiet"
+    with magics_kernel({"GPUGEEK_REGISTRY": str(registry)}, launch=launch, stop="eight") as session:
         yield session
-        session.run("%gpugeek_stop eight", timeout=60)
-    finally:
-        session.shutdown()
 
 
 def test_a_training_cell_shows_one_line_per_step_and_one_progress_bar(kernel: KernelSession) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.kernel import KernelSession
+from support.kernel import KernelSession, magics_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -15,15 +15,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
     registry = tmp_path_factory.mktemp("repl") / "registry.sqlite"
-    session = KernelSession(env={"GPUGEEK_REGISTRY": str(registry)})
-    try:
-        assert session.run("%load_ext gpugeek_jupyter").error is None
-        launched = session.run("%gpugeek_launch --gpu-type cpu --count 4 --name repl --quiet", timeout=180)
-        assert launched.error is None, launched.text
+    launch = "--gpu-type cpu --count 4 --name repl --quiet"
+    with magics_kernel({"GPUGEEK_REGISTRY": str(registry)}, launch=launch, stop="repl") as session:
         yield session
-        session.run("%gpugeek_stop repl", timeout=60)
-    finally:
-        session.shutdown()
 
 
 def _ok(kernel: KernelSession, cell: str) -> str:

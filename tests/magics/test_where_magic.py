@@ -8,19 +8,15 @@ from typing import Any
 
 import pytest
 
-from support.kernel import KernelSession
+from support.kernel import KernelSession, magics_kernel
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def kernel(isolated_registry: Path) -> Iterator[KernelSession]:
-    session = KernelSession(env={"GPUGEEK_REGISTRY": str(isolated_registry), "GPUGEEK_HEARTBEAT": "0.5"})
-    try:
-        assert session.run("%load_ext gpugeek_jupyter").error is None
+    with magics_kernel({"GPUGEEK_REGISTRY": str(isolated_registry), "GPUGEEK_HEARTBEAT": "0.5"}) as session:
         yield session
-    finally:
-        session.shutdown()
 
 
 def test_with_no_pool_running_it_says_so_in_one_line(kernel: KernelSession) -> None:

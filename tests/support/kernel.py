@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import queue
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,3 +106,24 @@ class KernelSession:
         os.kill(self.pid, signal.SIGKILL)
         self.client.stop_channels()
         self.manager.cleanup_resources()
+
+
+@contextmanager
+def magics_kernel(
+    env: dict[str, str] | None = None, *, launch: str | None = None, stop: str | None = None, timeout: float = 240
+) -> Iterator[KernelSession]:
+    """A real kernel with ``%load_ext gpugeek_jupyter`` run; with ``launch`` (the options of a
+    ``%gpugeek_launch`` line) a pool launched in it first, and with ``stop`` (a pool's name) that
+    pool stopped at the end. Either failing fails the test with the cell's text."""
+    session = KernelSession(env=env)
+    try:
+        loaded = session.run("%load_ext gpugeek_jupyter", timeout=60)
+        assert loaded.error is None, loaded.text
+        if launch is not None:
+            launched = session.run(f"%gpugeek_launch {launch}", timeout=timeout)
+            assert launched.error is None, launched.text
+        yield session
+        if stop is not None:
+            session.run(f"%gpugeek_stop {stop}", timeout=60)
+    finally:
+        session.shutdown()
