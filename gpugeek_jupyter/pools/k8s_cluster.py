@@ -17,6 +17,7 @@ stopped, deletes its resources (the operator then deletes the pods).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
@@ -115,7 +116,9 @@ def scheduler_addresses(name: str, namespace: str, tls: bool) -> tuple[str, str 
         dashboard = await get_scheduler_address(service, namespace, port_name="http-dashboard")
         return str(comm), str(dashboard)
 
-    comm, dashboard = asyncio.run(find())
+    # on a thread of its own: a notebook's kernel runs its cells inside a running event loop
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpugeek-k8s-address") as executor:
+        comm, dashboard = executor.submit(asyncio.run, find()).result()
     hostport = comm.split("://", 1)[-1]
     address = f"{'tls' if tls else 'tcp'}://{hostport}"
     dashboard_host, _, dashboard_port = dashboard.split("://", 1)[-1].rpartition(":")

@@ -64,3 +64,19 @@ def test_without_the_pools_certificates_it_is_refused_and_says_so_at_its_deadlin
         KubernetesPoolCluster("tls-target", tls_pool.scheduler_address, security=Security.temporary(), timeout=2)
     assert time.monotonic() - started < 20
     assert f"its scheduler at {tls_pool.scheduler_address} did not answer within 2 s" in str(raised.value)
+
+
+@pytest.mark.filterwarnings("ignore:Scheduler already contains a plugin with name worker-status")
+def test_it_works_from_inside_a_running_event_loop_as_a_notebooks_cell_runs(tls_pool: Any) -> None:
+    import asyncio
+
+    async def cell() -> int:  # ipykernel runs a cell's code inside its running event loop
+        cluster = KubernetesPoolCluster(
+            "tls-target", tls_pool.scheduler_address, security=tls_pool.security, timeout=20
+        )
+        try:
+            return len(cluster.scheduler_info["workers"]) if cluster.status.name == "running" else -1
+        finally:
+            cluster.close(timeout=30)
+
+    assert asyncio.run(cell()) >= 0
