@@ -262,14 +262,20 @@ def test_interrupt_stops_every_rank_and_next_cell_runs(pool: Any) -> None:
         if "spinning" in text:
             started.set()
 
+    sent: list[float] = []
+
     def interrupt_when_started() -> None:
         if started.wait(60):
+            sent.append(time.monotonic())
             _thread.interrupt_main()
 
     threading.Thread(target=interrupt_when_started, daemon=True).start()
     cell = "t = torch.ones(1)\nprint('spinning', flush=True)\nwhile True:\n    dist.all_reduce(t)\n"
-    result = run_cell(pool, cell, {"torch": torch}, on_output=on_output)
-    assert result.status is JobStatus.CANCELLED and "interrupted" in result.failure
+    began = time.monotonic()
+    # the job's own timeout ends it if the interrupt is lost, with where every rank was
+    result = run_cell(pool, cell, {"torch": torch}, on_output=on_output, timeout=80)
+    when = f"interrupt sent {sent[0] - began:.1f} s in" if sent else "no 'spinning' line within 60 s: not interrupted"
+    assert result.status is JobStatus.CANCELLED and "interrupted" in result.failure, (when, result.report())
     assert run_cell(pool, "dist.barrier()\nrank", {}).values == [0, 1]
 
 
