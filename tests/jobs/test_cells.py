@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -252,8 +253,18 @@ def test_a_worker_frozen_with_the_gil_held_is_ended_from_outside_at_the_timeout(
     assert len(set(worker_pids(pool)) - set(before)) == 1  # the frozen worker was replaced
 
 
+@pytest.fixture
+def interruptible() -> Iterator[None]:
+    """SIGINT as KeyboardInterrupt in this process, as a kernel has it: a process started in the
+    background by a non-interactive shell (as CI may start the suite) inherits SIGINT ignored, and
+    then Python installs no handler and _thread.interrupt_main() does nothing."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.timeout(120)
-def test_interrupt_stops_every_rank_and_next_cell_runs(pool: Any) -> None:
+def test_interrupt_stops_every_rank_and_next_cell_runs(pool: Any, interruptible: None) -> None:
     import _thread
 
     started = threading.Event()
