@@ -375,9 +375,8 @@ def _slurm_job_ids(
         return ()
     from ..pools.slurm import slurm_job_ids
 
-    if job is None:
-        return tuple(slurm_job_ids(registry, record.id))
-    return tuple(slurm_job_ids(registry, record.id, start=start, end=end))
+    window = {"start": start, "end": end} if job is not None else {}  # a job: those that ran while it did
+    return tuple(slurm_job_ids(registry, record.id, **window))
 
 
 def _duration(hours: float) -> str:

@@ -94,10 +94,11 @@ class CheckpointDir:
             return (self.local / name).is_file()
         return bool(self.fs.isfile(f"{self.root}/{name}"))
 
-    def _steps(self) -> list[tuple[int, str, bool]]:
-        """(step, name, whole) of every checkpoint of this kind, by step."""
+    def _steps(self, names: list[str] | None = None) -> list[tuple[int, str, bool]]:
+        """(step, name, whole) of every checkpoint of this kind among ``names`` (default: the
+        location's), by step."""
         found = []
-        for name in self._names():
+        for name in self._names() if names is None else names:
             match = _STEP.match(name)
             if match is None or (match.group(2) is None) != self.sharded:
                 continue
@@ -136,9 +137,10 @@ class CheckpointDir:
     def unfinished(self) -> list[str]:
         """What saves that did not finish left: temporary names, and on a URL step directories
         without DCP's ``.metadata``."""
-        left = [name for name in self._names() if _TEMPORARY.match(name)]
+        names = self._names()  # one listing: on an object store each is a request
+        left = [name for name in names if _TEMPORARY.match(name)]
         if self.local is None and self.sharded:
-            left += [name for _, name, whole in self._steps() if not whole]
+            left += [name for _, name, whole in self._steps(names) if not whole]
         return left
 
     def prune(self, keep: int) -> None:
@@ -181,8 +183,8 @@ class CheckpointDir:
 
     def clear_for(self, step: int) -> None:
         """On a URL, remove ``step``'s saved checkpoint before it is written again (rank 0)."""
-        if self.local is None and self.name_of(step) in self._names():
-            self.remove(self.name_of(step))
+        if self.local is None:
+            self.remove(self.name_of(step))  # none there is no error
 
     def commit(self, staging: str, step: int, token: str) -> bool:
         """Make ``step`` whole from what DCP wrote at ``staging``; False (and it is removed) when DCP

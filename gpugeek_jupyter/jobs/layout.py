@@ -101,18 +101,17 @@ def _name_key(name: str) -> tuple[int, int, str]:
 def plan_layout(workers: Iterable[WorkerInfo]) -> Layout:
     """Assign ranks: hosts with fewer spot workers first, then in order of their first worker's
     name; within a host, workers that stay (reserved, on demand) before spot ones, then by name."""
-    ordered = sorted(workers, key=lambda w: (w.spot, _name_key(w.name), w.address))
-    by_host: dict[str, list[WorkerInfo]] = {}
+    by_host: dict[str, list[WorkerInfo]] = {}  # hosts in order of their first worker's name
     for worker in sorted(workers, key=lambda w: (_name_key(w.name), w.address)):
-        by_host.setdefault(worker.host, [])
-    for worker in ordered:
-        by_host[worker.host].append(worker)
-    for host, host_workers in by_host.items():
-        by_host[host] = _by_links([w for w in host_workers if not w.spot]) + _by_links(
-            [w for w in host_workers if w.spot]
-        )
-    hosts = sorted(by_host.values(), key=lambda host_workers: sum(w.spot for w in host_workers))  # stable
-    world_size = len(ordered)
+        by_host.setdefault(worker.host, []).append(worker)
+    hosts = sorted(  # stable: hosts with as many spot workers keep their order
+        (
+            _by_links([w for w in host_workers if not w.spot]) + _by_links([w for w in host_workers if w.spot])
+            for host_workers in by_host.values()
+        ),
+        key=lambda host_workers: sum(w.spot for w in host_workers),
+    )
+    world_size = sum(len(host_workers) for host_workers in hosts)
     slots: list[RankSlot] = []
     for group_rank, host_workers in enumerate(hosts):
         for local_rank, worker in enumerate(host_workers):

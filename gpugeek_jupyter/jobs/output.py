@@ -189,27 +189,37 @@ class GroupedWriter:
 
     # -- grouping ------------------------------------------------------------------------------
     def _add(self, rank: int, stream: str, line: str) -> None:
-        if not self.align:
+        if self.align:
+            self._add_aligned(rank, stream, line)
+        else:
             self._add_live(rank, stream, line)
-            return
+
+    def _join(self, group: _Group, rank: int, line: str) -> None:
+        if line != group.exact:
+            group.exact = None
+        group.ranks.append(rank)
+        self._last_group[rank] = group
+
+    def _new_group(self, rank: int, stream: str, line: str, generic: str) -> _Group:
+        self._seq += 1
+        new = _Group(stream, line, generic, [rank], self._clock() + self.window, self._seq)
+        self._last_group[rank] = new
+        return new
+
+    def _add_aligned(self, rank: int, stream: str, line: str) -> None:
+        """Logs read afterwards: a new line goes right after the rank's own previous line, so that a
+        rank whose window starts a line earlier still meets the others' lines."""
         # joining a group older than the rank's newest would reorder this rank's lines
         last = self._last_group.get(rank)
         after = self._pending.index(last) if last is not None and last in self._pending else -1
+        generic = _without_rank(line, rank)
         for group in itertools.islice(self._pending, after + 1, None):
             if group.stream != stream or rank in group.ranks:
                 continue
-            if line == group.exact or _without_rank(line, rank) == group.generic:
-                if line != group.exact:
-                    group.exact = None
-                group.ranks.append(rank)
-                self._last_group[rank] = group
+            if line == group.exact or generic == group.generic:
+                self._join(group, rank, line)
                 return
-        self._seq += 1
-        new = _Group(stream, line, _without_rank(line, rank), [rank], self._clock() + self.window, self._seq)
-        # live, a new line goes last; aligning logs read afterwards, it goes right after the rank's own
-        # previous line, so that a rank whose window starts a line earlier still meets the others' lines
-        self._pending.insert(after + 1 if self.align else len(self._pending), new)
-        self._last_group[rank] = new
+        self._pending.insert(after + 1, self._new_group(rank, stream, line, generic))
 
     def _add_live(self, rank: int, stream: str, line: str) -> None:
         """Live output: pending groups are in the order they were made, so the group a line joins is
@@ -233,17 +243,12 @@ class GroupedWriter:
                     best = group
                     break
         if best is not None:
-            if line != best.exact:
-                best.exact = None
-            best.ranks.append(rank)
-            self._last_group[rank] = best
+            self._join(best, rank, line)
             return
-        self._seq += 1
-        new = _Group(stream, line, generic, [rank], self._clock() + self.window, self._seq)
+        new = self._new_group(rank, stream, line, generic)
         self._pending.append(new)
         self._by_line.setdefault((stream, "=" + line), collections.deque()).append(new)
         self._by_line.setdefault((stream, "~" + generic), collections.deque()).append(new)
-        self._last_group[rank] = new
 
     def _flush(self, now: float) -> None:
         """Show the oldest groups that are complete or due, in order."""

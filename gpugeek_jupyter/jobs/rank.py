@@ -393,9 +393,9 @@ def _execute(
     active.filename = job.code.abspath if isinstance(job.code, ScriptCode) else job.code.filename
     _apply_environment(env)
     compile_cache = compile_cache_env(job.pool, _runtime.parent_env, os.path.expanduser("~"))
-    for cache_dir in compile_cache.values():  # ours (.../gpugeek-jupyter/compile/<pool>/<kind>): made private
-        _private_dir(os.path.dirname(os.path.dirname(os.path.dirname(cache_dir))))
-        break
+    ours = next(iter(compile_cache.values()), None)  # .../gpugeek-jupyter/compile/<pool>/<kind>
+    if ours is not None:  # made private: compiled code of the user's models
+        _private_dir(os.path.dirname(os.path.dirname(os.path.dirname(ours))))
     os.environ.update(compile_cache)
     restore_job_env = _apply_job_environment(job.env)
     try:

@@ -117,12 +117,12 @@ class ShardedCheckpoint(CheckpointBase):
         token = _agree(token)  # the same staging directory on every rank, once rank 0 has made room
         staging = self.store.staging(step, token)
         final = self.store.path(self.store.name_of(step))
-        partial = str(self.store.path(staging))  # what DCP writes; a URL goes through its fsspec storage
+        partial = str(self.store.path(staging))  # where DCP writes; a URL goes through its fsspec storage
         state = self._state(for_loading=False, step=step, extra=extra)
         group = checkpoint_group()
         pending = _PendingSave(self, staging, int(step), token)
         if background:
-            future = dcp.async_save(state, checkpoint_id=str(partial), process_group=group, no_dist=group is None)
+            future = dcp.async_save(state, checkpoint_id=partial, process_group=group, no_dist=group is None)
             pending.future = getattr(future, "upload_completion", future)  # an AsyncSaveResponse or a Future
             self._pending = pending
             _IN_FLIGHT.setdefault(self.store.key, []).append(self)
@@ -130,7 +130,7 @@ class ShardedCheckpoint(CheckpointBase):
                 pending.future.add_done_callback(lambda done: pending.finish(done.exception()))
         else:
             with _one_process_quietly(group):
-                dcp.save(state, checkpoint_id=str(partial), process_group=group, no_dist=group is None)
+                dcp.save(state, checkpoint_id=partial, process_group=group, no_dist=group is None)
             if self.rank == 0:
                 pending.finish(None)
             _barrier(group)  # nobody looks for the newest before it has its name
@@ -216,13 +216,12 @@ class _PendingSave:
                 return
             self._finished = True
             store = self.owner.store
-            if error is not None:
-                store.remove(self.staging)
-            if error is not None or not store.commit(self.staging, self.step, self.token):
-                final = store.path(store.name_of(self.step))
-                log.warning("the checkpoint %s was not written (%s); the newest whole one stays", final, error)
+            if error is None and store.commit(self.staging, self.step, self.token):
+                store.prune(self.owner.keep)
                 return
-            store.prune(self.owner.keep)
+            store.remove(self.staging)  # what DCP left of it (commit already removed an unfinished one)
+            final = store.path(store.name_of(self.step))
+            log.warning("the checkpoint %s was not written (%s); the newest whole one stays", final, error)
 
 
 def checkpoint_group() -> Any:

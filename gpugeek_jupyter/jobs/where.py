@@ -464,9 +464,10 @@ def _assemble(
             world_size = world_size or answer.get("world_size")
         else:
             idle.append(address)
+    recorded_pricing = pricing or {}
     layout = plan_layout(
         workers_from_scheduler_info(
-            {a: dict(workers[a]) for a in workers}, lambda address, _name: (pricing or {}).get(address, "on_demand")
+            {a: dict(workers[a]) for a in workers}, lambda address, _name: recorded_pricing.get(address, "on_demand")
         )
     )
     size = int(world_size or len(entries) + len(silent))

@@ -4,8 +4,7 @@
 --spot-fraction 0.7`` creates, in namespace ``team-risk`` only:
 
 1. the manifests of :func:`~gpugeek_jupyter.pools.k8s_manifest.build_manifests` (a ``DaskCluster``
-   with the on-demand workers, a ``DaskWorkerGroup`` with the spot ones), via the Kubernetes API;
-   With TLS on (``GpugeekConfig.pool_tls``), first the Secret ``<pool>-tls`` with the pool's own
+   with the on-demand workers, a ``DaskWorkerGroup`` with the spot ones), via the Kubernetes API; with TLS on (``GpugeekConfig.pool_tls``), first the Secret ``<pool>-tls`` with the pool's own
    certificate authority, certificate and key, which the pods mount; the ``DaskCluster`` owns it;
 2. waits, within ``GpugeekConfig.worker_start_timeout``, for the scheduler pod, then connects a
    :class:`~gpugeek_jupyter.pools.k8s_cluster.KubernetesPoolCluster` to it over TLS (stopping the
@@ -276,7 +275,6 @@ class KubernetesBackend:
             if created:
                 delete_pool_resources(api, spec)
             raise
-        running.security = credentials.security() if credentials is not None else None
         return running
 
     def _connect_client(
@@ -315,6 +313,7 @@ class KubernetesBackend:
             cluster=cluster,
             worker_groups=(DEFAULT_GROUP, *([SPOT_GROUP] if spec.spot_workers else [])),
             pricing_of_worker=lambda worker_name: pricing_of_worker(spec, worker_name),
+            security=cluster.security,  # the pool's own credentials (None: plain TCP)
         )
 
 
@@ -347,8 +346,6 @@ def _connect_pool_cluster(
 
 def _owned_by_cluster(api: Any, spec: PoolSpec) -> None:
     """Make the pool's DaskCluster the owner of its TLS Secret (garbage-collected with it)."""
-    import kr8s
-
     try:
         cluster = _resource_class("DaskCluster").get(spec.name, namespace=spec.namespace, api=api)
         owner = {
@@ -357,7 +354,7 @@ def _owned_by_cluster(api: Any, spec: PoolSpec) -> None:
             "name": spec.name,
             "uid": cluster.metadata["uid"],
         }
-        secret = kr8s.objects.Secret.get(tls_secret_name(spec.name), namespace=spec.namespace, api=api)
+        secret = _resource_class("Secret").get(tls_secret_name(spec.name), namespace=spec.namespace, api=api)
         secret.patch({"metadata": {"ownerReferences": [owner]}})
     except Exception as e:  # the Secret is still deleted with the pool by delete_pool_resources
         log.info("pool %s: could not make its DaskCluster own its TLS Secret: %s", spec.name, e)

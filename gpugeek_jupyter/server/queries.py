@@ -19,6 +19,7 @@ it is ignored, as are empty values.
 PoolsQuery(state='ended', before=120, limit=20, namespace=None)
 >>> parse_jobs_query({"pool": "dev", "limit": "10"})
 JobsQuery(pool='dev', limit=10)
+>>> from gpugeek_jupyter.errors import Surface, phrased_for
 >>> with phrased_for(Surface.SERVER):
 ...     parse_jobs_query({"limit": "0"})
 Traceback (most recent call last):
@@ -32,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..client import DEFAULT_JOBS_LIMIT
-from ..errors import Phrase, SpecError, Surface, Value, phrased_for  # noqa: F401  (Surface, phrased_for: the doctest)
+from ..errors import Phrase, SpecError, Value
 
 RECENT = "recent"
 LIVE = "live"

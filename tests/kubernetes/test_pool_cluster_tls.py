@@ -70,13 +70,13 @@ def test_without_the_pools_certificates_it_is_refused_and_says_so_at_its_deadlin
 def test_it_works_from_inside_a_running_event_loop_as_a_notebooks_cell_runs(tls_pool: Any) -> None:
     import asyncio
 
-    async def cell() -> int:  # ipykernel runs a cell's code inside its running event loop
+    async def cell() -> tuple[str, str]:  # ipykernel runs a cell's code inside its running event loop
         cluster = KubernetesPoolCluster(
             "tls-target", tls_pool.scheduler_address, security=tls_pool.security, timeout=20
         )
         try:
-            return len(cluster.scheduler_info["workers"]) if cluster.status.name == "running" else -1
+            return cluster.status.name, cluster.scheduler_address
         finally:
             cluster.close(timeout=30)
 
-    assert asyncio.run(cell()) >= 0
+    assert asyncio.run(cell()) == ("running", tls_pool.scheduler_address)
