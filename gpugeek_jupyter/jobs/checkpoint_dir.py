@@ -54,7 +54,13 @@ class CheckpointDir:
         if "://" in text:
             import fsspec
 
-            self.fs, root = fsspec.core.url_to_fs(text)
+            try:
+                self.fs, root = fsspec.core.url_to_fs(text)
+            except (ImportError, ValueError) as e:  # no such protocol, or its package is not installed here
+                raise ValueError(
+                    f"checkpoint location {text!r} cannot be opened on this worker: {e} (a local path or a "
+                    f"shared filesystem works without it, e.g. gg.checkpoint('/shared/ckpts', ...))"
+                ) from e
             self.root = str(root).rstrip("/")
             self.location = str(self.fs.unstrip_protocol(self.root))
         else:

@@ -302,3 +302,11 @@ def test_a_sharded_step_saved_again_at_an_fsspec_url_is_replaced(memory_url: str
     fresh = torch.nn.Linear(4, 2)
     resumed = Helpers().checkpoint(memory_url, model=fresh, sharded=True)
     assert resumed.step == 1 and resumed.extra == {"note": "again"} and bool((fresh.weight == 7.0).all())
+
+
+def test_a_url_whose_filesystem_is_not_installed_is_one_error_naming_it() -> None:
+    with pytest.raises(ValueError) as raised:
+        Helpers().checkpoint("nosuchfs://bucket/run", model=_model(), sharded=True)
+    message = str(raised.value)
+    assert message.startswith("checkpoint location 'nosuchfs://bucket/run' cannot be opened on this worker")
+    assert "e.g. gg.checkpoint('/shared/ckpts', ...)" in message and "\n" not in message
