@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
 from . import rank as rank_side
+from .events import Events, PoolStopping, WorkerRemoved, rank_event
 from .logs import JobLogs
 from .payload import OUTPUT_TOPIC, RankJob
 from .process_group import ProcessGroup, ProcessGroupBuilder
@@ -36,7 +37,7 @@ from .request import JobRequest, new_job_id
 from .result import JobResult
 from .roster import WorkerRoster
 from .state import AttemptResult, AttemptState
-from .transport import Events, PoolTransport
+from .transport import PoolTransport
 from .watch import AttemptWatch, OutputCallback, ProgressCallback
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class JobAgent:
         recorded as cancelled with ``reason``.
         """
         for events in list(self._events.values()):
-            events.put(("pool-stopping", reason))
+            events.put(PoolStopping(reason))
         if not self._lock.acquire(timeout=timeout):
             return False
         self._lock.release()
@@ -275,12 +276,16 @@ class JobAgent:
     def _dispatch(self, message: dict[str, Any]) -> None:
         events = self._events.get(message.get("job", ""))
         if events is not None:
-            kind = "ended" if "ended" in message else "progress" if "progress" in message else "out"
-            events.put((kind, message))
+            try:
+                event = rank_event(message)
+            except (KeyError, TypeError, ValueError) as e:  # not one of ours (another release on the workers?)
+                log.warning("job %s: dropped a rank's event it could not read (%r): %r", message["job"], e, message)
+                return
+            events.put(event)
 
     def _worker_removed(self, address: str) -> None:
         for events in list(self._events.values()):
-            events.put(("removed", address))
+            events.put(WorkerRemoved(address))
 
 
 # -- one agent per pool ----------------------------------------------------------------------------

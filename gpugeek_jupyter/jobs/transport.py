@@ -16,19 +16,19 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-import queue
 import secrets
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from .events import Events, RankAnswered
+
 log = logging.getLogger(__name__)
 
 DIRECT_CONNECT_S = 5.0  # a worker not reachable within this is called through the scheduler
 SUBSCRIBE_CONFIRM_S = 10.0  # how long a new subscription may take to deliver its probe
 
-Events = queue.Queue[tuple[str, Any]]
 EventHandler = Callable[[dict[str, Any]], None]
 
 
@@ -53,7 +53,7 @@ def _post_answer(events: Events, address: str, future: Any) -> None:
         answer = future.result()
     except BaseException as e:  # the worker died, or could not be reached at all
         answer = e
-    events.put(("done", (address, answer)))
+    events.put(RankAnswered(address, answer))
 
 
 def _name(function: Callable[..., Any]) -> str:
@@ -83,7 +83,7 @@ class PoolTransport:
     # -- calls ---------------------------------------------------------------------------------
     def launch(self, events: Events, addresses: list[str], function: Callable[..., Any], *args: Any) -> None:
         """Run ``function(*args)`` on each worker; each answer (or the error that replaced it when
-        the worker died) arrives on ``events`` as ``("done", (address, answer))``."""
+        the worker died) arrives on ``events`` as a :class:`~.events.RankAnswered`."""
 
         async def launch_all() -> None:  # one wake-up of the event loop for all ranks
             for address in addresses:

@@ -1,9 +1,8 @@
 """Watching one attempt of a job: output, failures, deaths, timeout and interrupt, then the verdict.
 
-Stopping, in order: every rank is asked to stop (``JobCancelled`` raised in its thread); a failed
-rank closes its process group, which breaks its peers out of their collectives; after
-``CANCEL_GRACE_S`` a rank still running (stuck in C code) has its worker process ended, those
-outside a collective first (their peers then fail and return), and the nanny starts a fresh one.
+The watch reads the attempt's :mod:`.events` and dispatches on their type. Stopping (a rank failed
+or died, a timeout, an interrupt, the pool stopping) cancels every rank; which workers are then
+ended, and when, is :class:`~.escalation.StopEscalation`'s to decide.
 """
 
 from __future__ import annotations
@@ -15,6 +14,17 @@ from collections.abc import Callable
 from typing import Any
 
 from . import rank as rank_side
+from .escalation import Deadline, EndWorkers, RankCondition, StopEscalation
+from .events import (
+    Events,
+    JobEvent,
+    PoolStopping,
+    RankAnswered,
+    RankEnded,
+    RankOutput,
+    RankProgress,
+    WorkerRemoved,
+)
 from .layout import Layout
 from .logs import JobLogs
 from .output import format_ranks
@@ -31,9 +41,7 @@ OutputCallback = Callable[[int, str, str], None]  # (rank, "stdout" | "stderr", 
 # (rank, a progress bar's state): {"id", "desc", "n", "total", "unit", "elapsed", "rate", "closed"}
 ProgressCallback = Callable[[int, dict[str, Any]], None]
 
-CANCEL_GRACE_S = 1.5  # a cancelled rank has this long to stop before its worker process is ended
-NANNY_END_S = 5.0  # a nanny ends a frozen worker (SIGKILL) within about 2 s; peers then fail
-KILL_WAIT_S = 5.0  # how long an ended worker may take to be seen gone
+TICK_S = 1.0  # the watch looks at its deadlines at least this often
 OUTPUT_DRAIN_S = 2.0  # late output events are awaited this long after the last rank answered
 PEER_CHECK_S = 1.0  # a cell on some ranks: how often to look for ranks waiting in a collective
 PEER_WAIT_S = 5.0  # a collective waited in this long, with ranks not taking part, cannot complete
@@ -49,7 +57,7 @@ class AttemptWatch:
         group: ProcessGroup,
         job_id: str,
         launch: str,
-        events: queue.Queue[tuple[str, Any]],
+        events: Events,
         deadline: float | None,
         timeout: float | None,
         on_output: OutputCallback,
@@ -64,7 +72,7 @@ class AttemptWatch:
         self.launch = launch
         self.layout = layout = group.layout
         self.events = events
-        self.deadline = deadline
+        self.timeout_at = Deadline(deadline)  # the job's timeout, as a moment
         self.timeout = timeout
         self.on_output = on_output
         self.on_progress = on_progress
@@ -75,7 +83,7 @@ class AttemptWatch:
         self.pending = set(self.launched)
         # a cell on some ranks only: a collective there waits for ranks that do not run it
         self.partial = len(self.launched) < layout.world_size
-        self.next_peer_check = time.monotonic() + PEER_CHECK_S if self.partial else None
+        self.peer_check = Deadline(time.monotonic() + PEER_CHECK_S if self.partial else None)
         self.in_collective_since: dict[str, float] = {}
         self.where: str | None = None  # where the ranks were when the job was timed out or stuck
         logs.set_states({slot.rank: "running" for slot in self.slots})
@@ -83,11 +91,13 @@ class AttemptWatch:
         self.received: dict[int, int] = {}  # output events seen per rank
         self.stopping: StopCause | None = None
         self.stop_message: str | None = None
-        self.cancel_at: float | None = None
-        self.next_kill_check: float | None = None  # when to look for ranks that ignored the cancel
-        self.killed: set[str] = set()
-        self.kill_at: float | None = None
-        self.gone: set[str] = set()
+        self.escalation = StopEscalation()
+        self.gone: set[str] = set()  # ranks whose worker process died or was ended
+
+    @property
+    def killed(self) -> set[str]:
+        """Ranks whose worker process was ended because they did not stop."""
+        return self.escalation.killed
 
     # -- the loop ------------------------------------------------------------------------------
     def wait(self) -> None:
@@ -107,49 +117,53 @@ class AttemptWatch:
 
     def _step(self) -> None:
         now = time.monotonic()
-        wake = [now + 1.0]
-        if self.deadline is not None and self.stopping is None:
-            wake.append(self.deadline)
-        if self.next_kill_check is not None and self.pending - self.killed:
-            wake.append(self.next_kill_check)
-        if self.kill_at is not None:
-            wake.append(self.kill_at + KILL_WAIT_S)
-        if self.next_peer_check is not None and self.stopping is None:
-            wake.append(self.next_peer_check)
-        try:
-            kind, payload = self.events.get(timeout=max(0.0, min(wake) - now))
-        except queue.Empty:
-            kind, payload = "tick", None
-        if kind == "out":
-            self._output(payload)
-        elif kind == "progress":
-            self._progress(payload)
-        elif kind == "ended" and payload.get("launch") == self.launch:  # not a late word from an earlier launch
-            self._rank_failed(int(payload["rank"]))
-        elif kind == "done":
-            self._answered(*payload)
-        elif kind == "pool-stopping":
-            self.pool_stopping(str(payload))
-        elif kind == "removed" and payload in self.pending and payload not in self.killed:
-            self.gone.add(payload)  # its answer (an error) follows; the others stop now
-            self._stop(StopCause.FAILED, None)
+        event = self._next_event(timeout=max(0.0, self._wake_at(now) - now))
+        if event is not None:
+            self._handle(event)
         now = time.monotonic()
-        if self.stopping is None and self.deadline is not None and now >= self.deadline:
+        if self.stopping is None and self.timeout_at.due(now):
             self._time_out()
-        if self.stopping is None and self.next_peer_check is not None and now >= self.next_peer_check:
+        if self.stopping is None and self.peer_check.due(now):
             self._check_collectives_without_peers()
-            self.next_peer_check = time.monotonic() + PEER_CHECK_S
-        if self.next_kill_check is not None and self.pending - self.killed and now >= self.next_kill_check:
-            ended_from_outside = self._kill_stuck(everyone=bool(self.killed))
-            # a nanny takes a while to end a frozen worker; its peers fail once it is gone
-            self.next_kill_check = time.monotonic() + (NANNY_END_S if ended_from_outside else CANCEL_GRACE_S)
-        if self.kill_at is not None and now >= self.kill_at + KILL_WAIT_S:  # ended, never seen gone
-            for address in sorted(self.pending & self.killed):
-                self._answered(address, RuntimeError("the worker did not answer after it was ended"))
+            self.peer_check.arm(time.monotonic() + PEER_CHECK_S)
+        if self.escalation.round_due(now, self.pending):
+            ended = self._end_stuck()
+            self.escalation.round_done(ended, time.monotonic())
+        for address in self.escalation.not_answering(now, self.pending):  # ended, never seen gone
+            self._answered(address, RuntimeError("the worker did not answer after it was ended"))
+
+    def _wake_at(self, now: float) -> float:
+        """The nearest of the watch's deadlines (at most ``TICK_S`` away)."""
+        wake = [now + TICK_S, *self.escalation.wake_times(self.pending)]
+        if self.stopping is None:
+            wake += [d.at for d in (self.timeout_at, self.peer_check) if d.at is not None]
+        return min(wake)
+
+    def _next_event(self, timeout: float) -> JobEvent | None:
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def _handle(self, event: JobEvent) -> None:
+        match event:
+            case RankOutput():
+                self._output(event)
+            case RankProgress():
+                self._progress(event)
+            case RankEnded(launch=launch, rank=rank) if launch == self.launch:  # not a late word from an earlier launch
+                self._rank_failed(rank)
+            case RankAnswered(address=address, answer=answer):
+                self._answered(address, answer)
+            case PoolStopping(reason=reason):
+                self.pool_stopping(reason)
+            case WorkerRemoved(address=address) if address in self.pending and address not in self.killed:
+                self.gone.add(address)  # its answer (an error) follows; the others stop now
+                self._stop(StopCause.FAILED, None)
 
     def interrupt(self) -> None:
         if self.stopping is StopCause.INTERRUPTED:
-            self._kill_stuck(everyone=True)  # a second interrupt: do not wait for the grace period
+            self._end_stuck(everyone=True)  # a second interrupt: do not wait for the grace period
             return
         self.stopping, self.stop_message = StopCause.INTERRUPTED, "interrupted from the notebook"
         self._cancel()
@@ -161,21 +175,20 @@ class AttemptWatch:
             self._cancel()
 
     # -- events --------------------------------------------------------------------------------
-    def _output(self, message: dict[str, Any]) -> None:
-        rank, text = int(message["rank"]), str(message["text"])
-        if message.get("launch") == self.launch:
-            self.received[rank] = self.received.get(rank, 0) + 1
-        self._show(rank, str(message["stream"]), text)
+    def _output(self, event: RankOutput) -> None:
+        if event.launch == self.launch:
+            self.received[event.rank] = self.received.get(event.rank, 0) + 1
+        self._show(event.rank, event.stream, event.text)
 
-    def _progress(self, message: dict[str, Any]) -> None:
-        if message.get("launch") == self.launch:
-            self.received[int(message["rank"])] = self.received.get(int(message["rank"]), 0) + 1
+    def _progress(self, event: RankProgress) -> None:
+        if event.launch == self.launch:
+            self.received[event.rank] = self.received.get(event.rank, 0) + 1
         if self.on_progress is None:
             return
         try:
-            self.on_progress(int(message["rank"]), dict(message["progress"]))
+            self.on_progress(event.rank, dict(event.progress))
         except Exception as e:  # the display failing must not lose the job
-            log.warning("could not show the progress of rank %s: %s", message.get("rank"), e)
+            log.warning("could not show the progress of rank %s: %s", event.rank, e)
 
     def _show(self, rank: int, stream: str, text: str) -> None:
         self._keep(rank, text)
@@ -217,33 +230,24 @@ class AttemptWatch:
             self._cancel()
 
     def _cancel(self) -> None:
-        self.cancel_at = time.monotonic()
-        self.next_kill_check = self.cancel_at + CANCEL_GRACE_S
+        self.escalation.start(time.monotonic())
         self.transport.fire(rank_side.cancel_rank, sorted(self.pending - self.gone), self.launch)
 
-    def _kill_stuck(self, everyone: bool = False) -> bool:
-        """End the workers of ranks that did not stop: first those outside a collective (the stuck
-        ones; their peers' collectives then fail and return), the rest a grace period later.
-        True when some were frozen and left to their nannies to end."""
-        candidates = sorted(self.pending - self.killed - self.gone)
+    def _end_stuck(self, everyone: bool | None = None) -> EndWorkers:
+        """Ask the ranks that did not stop where they are, and end the workers the escalation picks."""
+        candidates = self.escalation.candidates(self.pending, self.gone)
         where = self.transport.ask(rank_side.where_rank, candidates, self.launch, timeout=2.0) if candidates else {}
         if self.stopping is not StopCause.FAILED:  # stuck after an interrupt, a timeout or a stop: say where
             self._note_where(where, candidates)
         # a worker that cannot even say where its rank is has a frozen interpreter (e.g. a C extension
         # waiting, with the GIL held, for a thread that needs the GIL): only its nanny can end it
-        frozen = [a for a in candidates if a not in where]
-        running = [a for a in candidates if isinstance(where.get(a), dict) and where[a].get("running")]
-        if not everyone:  # the stuck ones first: their peers' collectives then fail and return
-            stuck = [a for a in running if not where[a].get("collective")]
-            running = stuck or ([] if frozen else running[:1])
-        if running or frozen:
-            self.kill_at = time.monotonic()
-            self.killed |= set(running) | set(frozen)
-            self.gone |= set(running) | set(frozen)
-            if running:
-                self.transport.fire(rank_side.kill_rank, running, self.launch)
-            self.roster.end_workers(frozen)
-        return bool(frozen)
+        conditions = {a: RankCondition.of(where, a) for a in candidates}
+        ended = self.escalation.decide(conditions, time.monotonic(), everyone)
+        self.gone |= ended.addresses
+        if ended.kill:
+            self.transport.fire(rank_side.kill_rank, list(ended.kill), self.launch)
+        self.roster.end_workers(list(ended.nanny))
+        return ended
 
     def _note_where(self, where: dict[str, Any], asked: list[str]) -> None:
         """Keep the first report of where the ranks were (``group_where``'s text): a rank that did
@@ -306,15 +310,15 @@ class AttemptWatch:
         expected = {a.rank: a.sent for a in self.answers.values() if isinstance(a, RankOutcome)}
         deadline = time.monotonic() + OUTPUT_DRAIN_S
         while any(self.received.get(r, 0) < n for r, n in expected.items()):
-            try:
-                kind, payload = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                log.warning("job %s: some output of the ranks did not arrive", self.job_id)
-                return
-            if kind == "out":
-                self._output(payload)
-            elif kind == "progress":
-                self._progress(payload)
+            event = self._next_event(timeout=max(0.0, deadline - time.monotonic()))
+            match event:
+                case None:
+                    log.warning("job %s: some output of the ranks did not arrive", self.job_id)
+                    return
+                case RankOutput():
+                    self._output(event)
+                case RankProgress():
+                    self._progress(event)
 
     # -- the verdict ---------------------------------------------------------------------------
     def outcome(self) -> AttemptResult:
