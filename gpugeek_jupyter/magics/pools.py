@@ -11,6 +11,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..config import get_config
+from ..dashboards import browser_link
 from ..pools import PoolLifecyclePlugin, PoolManager
 from ..runtime import get_pool_manager, list_pools
 from ..spec import PoolSpec
@@ -56,7 +57,7 @@ def pool_table(records: list[Any]) -> Any:
             "gpus": f"{r.count} x {r.gpu_type}",
             "owner": r.owner,
             "created": dt.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S"),
-            "dashboard": r.dashboard_link or "",
+            "dashboard": (browser_link(r.dashboard_link) or "") if r.status.is_live else "",
             "reason": r.reason or "",
         }
         for r in records
@@ -121,7 +122,7 @@ class PoolMagics(Magics):
 
             In [1]: %gpugeek_launch --gpu-type cpu --count 2 --name dev
             (a pool card: dev, local, 2 x cpu, workers 2/2, ready, dashboard link, USD per hour)
-            Out[1]: <Pool 'dev' ready: 2 x cpu, backend=local, dashboard=http://127.0.0.1:8787/status>
+            Out[1]: <Pool 'dev' ready: 2 x cpu, backend=local, dashboard=/gpugeek/pools/dev/dashboard/status>
 
         Launch a pool of GPU (or CPU) workers and make it the current pool. The pool is returned, and
         ``gpugeek_jupyter.current_pool()`` gives it later. Options are the keyword arguments of
@@ -217,11 +218,12 @@ class PoolMagics(Magics):
             In [1]: %gpugeek_pools
             Out[1]:
               name status backend     gpus        owner              created dashboard reason
-            0  dev  ready   local  2 x cpu  kernel 3f2a  2026-11-30 09:12:03  http://...
+            0  dev  ready   local  2 x cpu  kernel 3f2a  2026-11-30 09:12:03  /gpugeek/pools/dev/dashboard/status
 
         A table of the pools in the registry, whoever made them (notebooks, the side panel, scripts):
         by default live pools and those that ended in the last 24 hours, oldest first; ``--live``
-        for live pools only, ``--all`` for every pool ever recorded.
+        for live pools only, ``--all`` for every pool ever recorded. A live pool's dashboard is the
+        Jupyter server's route to it, behind the Jupyter login; an ended pool has none.
         """
         args = parse_options(self.gpugeek_pools, line, "--live")
         if args.live and args.all:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ class RunningCluster:
 
     client: Client
     scheduler_address: str
+    # a path relative to the Jupyter server's base URL (gpugeek/pools/<name>/dashboard/status) for a
+    # dashboard on this host's private socket, else the dashboard's http address; None without one
     dashboard_link: str | None
     cluster: Any = None  # the dask Cluster object when this process owns it
     owns_workers: bool = True  # False for an attached scheduler: stop() must not shut it down
@@ -52,6 +55,9 @@ class Backend(Protocol):
     # True: the manager makes the pool its own TLS credentials at launch (GpugeekConfig.pool_tls)
     # and hands them to start(); False: the backend's connections are secured elsewhere, or not
     uses_pool_credentials: bool
+    # True: the pool's scheduler runs in this process and serves its dashboard on the Unix socket the
+    # manager hands to start() (pools/private_http.py); False: the dashboard is wherever the backend says
+    serves_private_dashboard: bool
 
     def preflight(self, spec: PoolSpec) -> None:
         """Raise a GpugeekError now if ``spec`` cannot work here (before anything is registered)."""
@@ -63,9 +69,11 @@ class Backend(Protocol):
         on_progress: ProgressCallback,
         start_timeout: float,
         credentials: PoolCredentials | None = None,
+        dashboard_socket: Path | None = None,
     ) -> RunningCluster:
         """Start (or attach to) the cluster for ``spec``, requiring ``credentials`` on every connection
-        when given; raise a GpugeekError subclass on failure."""
+        when given, serving the scheduler's dashboard on ``dashboard_socket`` only (and on no TCP
+        port) when given; raise a GpugeekError subclass on failure."""
         ...
 
 

@@ -15,9 +15,11 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..config import get_config
+from ..dashboards import browser_link
 from ..errors import ConflictError, GpugeekError, PoolStartError, SpecError
 from ..logs import set_library_log_level
 from ..pricing import prices_in_force
@@ -33,6 +35,7 @@ from .credentials import (
     prune_pool_credentials,
     remove_pool_credentials,
 )
+from .dashboard_socket import prepare_dashboard_socket, prune_dashboard_sockets, remove_dashboard_socket
 
 log = logging.getLogger(__name__)
 
@@ -227,13 +230,20 @@ class PoolManager:
         progress = on_progress or (lambda ready, total: None)
         try:
             credentials = self._credentials_for(backend, record)
-            running = backend.start(spec, progress, config.worker_start_timeout, credentials=credentials)
+            running = backend.start(
+                spec,
+                progress,
+                config.worker_start_timeout,
+                credentials=credentials,
+                dashboard_socket=self._dashboard_socket_for(backend, record),
+            )
         except BaseException as e:
             reason = str(e) if isinstance(e, GpugeekError) else f"{type(e).__name__}: {e}"
             if isinstance(e, KeyboardInterrupt):
                 reason = "interrupted while starting"
             self.registry.set_pool_status(record.id, PoolStatus.FAILED, reason=reason)
             remove_pool_credentials(self.registry, record.id)
+            remove_dashboard_socket(self.registry, record.id)
             with self._lock:
                 self._kept_alive.discard(record.id)
             if isinstance(e, GpugeekError | KeyboardInterrupt):
@@ -270,10 +280,19 @@ class PoolManager:
         prune_pool_credentials(self.registry)
         return create_pool_credentials(self.registry, record.id, record.name)
 
+    def _dashboard_socket_for(self, backend: Backend, record: PoolRecord) -> Path | None:
+        """Where the new pool's scheduler serves its dashboard, when it runs in this process (None:
+        the backend's own dashboard, or none); the sockets of pools that ended without removing
+        theirs go first."""
+        if not getattr(backend, "serves_private_dashboard", False):
+            return None
+        prune_dashboard_sockets(self.registry)
+        return prepare_dashboard_socket(self.registry, record.id)
+
     def attach(self, name: str) -> Pool:
         """A handle on a live pool that another process owns (its scheduler is reachable, and this
         process can read the pool's TLS credentials when it has any)."""
-        from distributed import Client
+        from .private_http import PoolClient
 
         self.registry.mark_lost_pools(get_config().lost_after_seconds)
         record = self.registry.live_pool(name)
@@ -281,7 +300,13 @@ class PoolManager:
             raise GpugeekError(f"pool '{name}' is {record.status.value}, not ready; try again when it is")
         security = connection_security(record, self.registry)
         try:
-            client = Client(record.scheduler_address, set_as_default=False, timeout=10, security=security)
+            client = PoolClient(
+                record.scheduler_address,
+                set_as_default=False,
+                timeout=10,
+                security=security,
+                dashboard_link=browser_link(record.dashboard_link),
+            )
         except (OSError, TimeoutError) as e:
             raise GpugeekError(
                 f"pool '{name}' is registered but its scheduler {record.scheduler_address} does not answer: {e}"
@@ -372,6 +397,7 @@ class PoolManager:
         if self.registry.pool_by_id(pool.id).status.is_live:
             self.registry.set_pool_status(pool.id, PoolStatus.STOPPED, reason=why)
         remove_pool_credentials(self.registry, pool.id)  # no process may reach the pool's address again
+        remove_dashboard_socket(self.registry, pool.id)  # the scheduler removed it, unless it could not close
 
     def _stop_in_background(self, pool: Pool, reason: str) -> None:
         """Carry out a stop off the calling thread (the liveness beat must never wait on a pool)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ..dashboards import browser_link
 from ..pricing import hourly_rate
 from ..spec import PoolSpec
 from ..store import PoolRecord, PoolStatus, Registry
@@ -34,9 +35,10 @@ class Pool:
         self.spec = PoolSpec.from_dict(record.spec)
 
     def __repr__(self) -> str:
+        status = self.status
         return (
-            f"<Pool {self.name!r} {self.status.value}: {self.spec.count} x {self.spec.gpu_type}, "
-            f"backend={self.spec.backend}, dashboard={self.dashboard_link}>"
+            f"<Pool {self.name!r} {status.value}: {self.spec.count} x {self.spec.gpu_type}, "
+            f"backend={self.spec.backend}, dashboard={self._dashboard_link_while(status)}>"
         )
 
     @property
@@ -90,7 +92,14 @@ class Pool:
 
     @property
     def dashboard_link(self) -> str | None:
-        return self._running.dashboard_link
+        """Where a browser opens the pool's dask dashboard, None once the pool has stopped (or when it
+        has none). A local or Slurm pool's is the Jupyter server's route, behind the Jupyter login:
+        ``/gpugeek/pools/dev/dashboard/status`` (under JupyterHub's ``/user/<name>/``); its
+        scheduler listens on no TCP port (:mod:`.private_http`)."""
+        return self._dashboard_link_while(self.status)
+
+    def _dashboard_link_while(self, status: PoolStatus) -> str | None:
+        return browser_link(self._running.dashboard_link) if status.is_live else None
 
     @property
     def prices(self) -> dict[str, Any]:

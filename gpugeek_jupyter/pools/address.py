@@ -10,12 +10,15 @@ A ``tls://`` scheduler is reached with the user's own ``Security`` from dask's c
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BackendUnavailableError, Phrase, Setting
 from ._backend import ProgressCallback, RunningCluster, wait_for_workers
 
 if TYPE_CHECKING:
+    from distributed import Client
+
     from ..spec import PoolSpec
     from .credentials import PoolCredentials
 
@@ -36,6 +39,7 @@ def missing_tls_settings() -> list[str]:
 class AddressBackend:
     name = "address"
     uses_pool_credentials = False  # someone else's scheduler: its own security, from dask's config
+    serves_private_dashboard = False  # someone else's scheduler: its dashboard is where it says
 
     def preflight(self, spec: PoolSpec) -> None:
         """A ``tls://`` address needs the user's TLS settings; reachability is checked by start()."""
@@ -60,6 +64,7 @@ class AddressBackend:
         on_progress: ProgressCallback,
         start_timeout: float,
         credentials: PoolCredentials | None = None,
+        dashboard_socket: Path | None = None,
     ) -> RunningCluster:
         from distributed import Client
 
@@ -84,7 +89,16 @@ class AddressBackend:
         return RunningCluster(
             client=client,
             scheduler_address=spec.address,
-            dashboard_link=client.dashboard_link,
+            dashboard_link=_dashboard_link(client),
             owns_workers=False,
             security=client.security,
         )
+
+
+def _dashboard_link(client: Client) -> str | None:
+    """The scheduler's dashboard address, None when it serves its dashboard on no port (a gpugeek
+    pool's scheduler serves it on a Unix socket of its owner's: dask then finds no port to name)."""
+    try:
+        return client.dashboard_link or None
+    except KeyError:
+        return None

@@ -31,6 +31,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailableError, GpugeekError, Phrase, PoolStartError, Setting
@@ -236,6 +237,7 @@ class KubernetesBackend:
 
     name = "kubernetes"
     uses_pool_credentials = True  # a Secret '<pool>-tls' mounted into the scheduler and worker pods
+    serves_private_dashboard = False  # the scheduler is a pod: its dashboard is the Service's http-dashboard port
 
     def preflight(self, spec: PoolSpec) -> None:
         """Fail before anything is registered: the manifests must build and the API must answer."""
@@ -248,6 +250,7 @@ class KubernetesBackend:
         on_progress: ProgressCallback,
         start_timeout: float,
         credentials: PoolCredentials | None = None,
+        dashboard_socket: Path | None = None,
     ) -> RunningCluster:
         tls = credentials is not None
         manifests = manifests_for(spec, tls=tls)  # spec problems fail before anything is created

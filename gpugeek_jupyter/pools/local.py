@@ -4,7 +4,9 @@ One single-threaded worker process per rank for ``cpu``; dask-cuda's ``LocalCUDA
 per GPU) when NVML finds GPUs of the asked type among those this process's ``CUDA_VISIBLE_DEVICES``
 allows (see :mod:`gpugeek_jupyter.devices`). Everything binds to loopback unless configured, and
 speaks TLS with the pool's own certificates (:mod:`.credentials`) unless ``GpugeekConfig.pool_tls``
-is off: loopback is shared by every user of the machine.
+is off: loopback is shared by every user of the machine. For the same reason the scheduler's
+dashboard is served on a Unix socket of the owner's only, and the workers' HTTP servers do not
+listen at all (:mod:`.private_http`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import functools
 import logging
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..catalog import load_catalog
 from ..config import get_config
+from ..dashboards import pool_dashboard_path
 from ..devices import VARIABLE, format_visible_devices, select_visible
 from ..errors import BackendUnavailableError, Phrase, PoolStartError, Setting
 from ..logs import LOG_LEVEL_VARIABLE
@@ -101,9 +105,15 @@ def _describe_usable(found: GpuDiscovery, usable: list[GpuDevice]) -> str:
     return f"{found.describe()}, of which {VARIABLE}='{os.environ.get(VARIABLE, '')}' leaves {left}"
 
 
+def _dashboard_link(spec: PoolSpec, cluster: Any) -> str | None:
+    """The Jupyter server's route to the dashboard, when the scheduler serves one on its socket."""
+    return pool_dashboard_path(spec.name) if cluster.scheduler.dashboard_socket is not None else None
+
+
 class LocalBackend:
     name = "local"
     uses_pool_credentials = True
+    serves_private_dashboard = True
 
     def preflight(self, spec: PoolSpec) -> None:
         gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
@@ -138,44 +148,57 @@ class LocalBackend:
         on_progress: ProgressCallback,
         start_timeout: float,
         credentials: PoolCredentials | None = None,
+        dashboard_socket: Path | None = None,
     ) -> RunningCluster:
         gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
         security = credentials.security() if credentials is not None else None
         if gpu.is_cpu:
-            return self._start_cpu(spec, on_progress, start_timeout, security)
-        return self._start_gpu(spec, on_progress, start_timeout, security)
+            return self._start_cpu(spec, on_progress, start_timeout, security, dashboard_socket)
+        return self._start_gpu(spec, on_progress, start_timeout, security, dashboard_socket)
 
-    def _cluster_kwargs(self, security: Any) -> dict[str, Any]:
+    def _cluster_kwargs(self, security: Any, dashboard_socket: Path | None) -> dict[str, Any]:
         """What the scheduler, the nannies and the workers are made with. dask hands ``security`` to
         each of them and, since it requires encryption, listens on ``tls://``: every connection then
-        needs the pool's certificate."""
+        needs the pool's certificate. The scheduler's HTTP application goes to ``dashboard_socket``
+        (or nowhere), never to a TCP port."""
         config = get_config()
         kwargs: dict[str, Any] = {
             "death_timeout": config.worker_death_timeout,
             "preload": [WORKER_PRELOAD],
             "env": worker_env(),
+            "dashboard_address": None,
+            "scheduler_kwargs": {
+                "idle_timeout": None,
+                "dashboard": dashboard_socket is not None,
+                "dashboard_socket": dashboard_socket,
+            },
         }
         if security is not None:
             kwargs["security"] = security
         return kwargs
 
     def _start_cpu(
-        self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float, security: Any
+        self,
+        spec: PoolSpec,
+        on_progress: ProgressCallback,
+        start_timeout: float,
+        security: Any,
+        dashboard_socket: Path | None,
     ) -> RunningCluster:
         from distributed import Client, LocalCluster
+
+        from .private_http import private_http_cluster
 
         config = get_config()
         with worker_environment():
             try:
-                cluster = keeping_lost_workers(LocalCluster)(
+                cluster = keeping_lost_workers(private_http_cluster(LocalCluster))(
                     name=spec.name,
                     n_workers=0,
                     threads_per_worker=1,
                     processes=True,
                     host=config.bind_host,
-                    dashboard_address=f"{config.bind_host}:0",
-                    scheduler_kwargs={"idle_timeout": None},
-                    **self._cluster_kwargs(security),
+                    **self._cluster_kwargs(security, dashboard_socket),
                 )
             except Exception as e:
                 raise PoolStartError(f"could not start a local dask scheduler for pool '{spec.name}': {e}") from e
@@ -189,13 +212,18 @@ class LocalBackend:
         return RunningCluster(
             client=client,
             scheduler_address=cluster.scheduler_address,
-            dashboard_link=cluster.dashboard_link,
+            dashboard_link=_dashboard_link(spec, cluster),
             cluster=cluster,
             security=security,
         )
 
     def _start_gpu(
-        self, spec: PoolSpec, on_progress: ProgressCallback, start_timeout: float, security: Any
+        self,
+        spec: PoolSpec,
+        on_progress: ProgressCallback,
+        start_timeout: float,
+        security: Any,
+        dashboard_socket: Path | None,
     ) -> RunningCluster:
         devices = self._matching_devices(spec)
         try:
@@ -206,17 +234,18 @@ class LocalBackend:
             ) from e
         from distributed import Client
 
+        from .private_http import private_http_cluster
+
         config = get_config()
         with worker_environment():
             try:
-                cluster = keeping_lost_workers(LocalCUDACluster)(
+                cluster = keeping_lost_workers(private_http_cluster(LocalCUDACluster))(
                     name=spec.name,
                     CUDA_VISIBLE_DEVICES=devices,
                     n_workers=spec.count,
                     threads_per_worker=1,
                     host=config.bind_host,
-                    dashboard_address=f"{config.bind_host}:0",
-                    **self._cluster_kwargs(security),
+                    **self._cluster_kwargs(security, dashboard_socket),
                 )
             except Exception as e:
                 raise PoolStartError(f"could not start dask-cuda workers for pool '{spec.name}': {e}") from e
@@ -229,7 +258,7 @@ class LocalBackend:
         return RunningCluster(
             client=client,
             scheduler_address=cluster.scheduler_address,
-            dashboard_link=cluster.dashboard_link,
+            dashboard_link=_dashboard_link(spec, cluster),
             cluster=cluster,
             cuda_visible_devices=devices,
             security=security,

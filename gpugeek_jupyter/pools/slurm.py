@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..catalog import load_catalog
 from ..config import get_config
+from ..dashboards import pool_dashboard_path
 from ..errors import BackendUnavailableError, Field, GpugeekError, Phrase, PoolStartError, Setting, SpecError, Value
 from ..logs import LOG_LEVEL_VARIABLE
 from ..store import make_private_directory, write_private_file
@@ -175,6 +176,8 @@ def job_script_options(spec: PoolSpec, log_directory: str | None = None) -> dict
     One task per job; one worker thread (one rank); the cores, memory and walltime the pool asks for,
     or no directive at all, so that the site's defaults apply.
     """
+    from .private_http import WORKER_ARGS  # imports distributed: only once a job script is made
+
     config = get_config()
     gres = gres_directive(spec)
     skip = []
@@ -205,7 +208,8 @@ def job_script_options(spec: PoolSpec, log_directory: str | None = None) -> dict
         "job_script_prologue": _setup_lines(spec),
         "python": config.slurm_python or sys.executable,
         "death_timeout": config.worker_death_timeout,
-        "worker_extra_args": ["--preload", WORKER_PRELOAD, *_worker_port_args()],
+        # the worker's own HTTP server never listens (private_http.PoolWorker)
+        "worker_extra_args": ["--preload", WORKER_PRELOAD, *WORKER_ARGS, *_worker_port_args()],
         "log_directory": log_directory,
     }
     if config.slurm_interface:
@@ -214,7 +218,7 @@ def job_script_options(spec: PoolSpec, log_directory: str | None = None) -> dict
 
 
 _PORT_RANGE = re.compile(r"^(\d{1,5}):(\d{1,5})$")
-MIN_PORTS = 4  # the scheduler, its dashboard, and a worker and its nanny on a node
+MIN_PORTS = 3  # the scheduler, and a worker and its nanny on a node (the dashboard is on a Unix socket)
 
 
 def port_range() -> tuple[int, int] | None:
@@ -241,24 +245,21 @@ def _worker_port_args() -> list[str]:
     return ["--worker-port", span, "--nanny-port", span]
 
 
-def _free_ports_in(ports: tuple[int, int], host: str, count: int) -> list[int]:
-    """``count`` ports of the range that nothing on this host listens on now (for the scheduler and
-    its dashboard, which take one port each)."""
+def _free_port_in(ports: tuple[int, int], host: str) -> int:
+    """The first port of the range that nothing on this host listens on now, for the scheduler (its
+    dashboard takes no port: it is served on a Unix socket, :mod:`.private_http`)."""
     import socket
 
-    found: list[int] = []
     for port in range(ports[0], ports[1] + 1):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind((host or "0.0.0.0", port))
             except OSError:
                 continue
-        found.append(port)
-        if len(found) == count:
-            return found
+        return port
     raise BackendUnavailableError(
-        f"GpugeekConfig.slurm_ports {ports[0]}:{ports[1]} has no {count} free ports on this host for the "
-        f"scheduler and its dashboard (other pools or programs hold them); widen the range "
+        f"GpugeekConfig.slurm_ports {ports[0]}:{ports[1]} has no free port on this host for the "
+        f"scheduler (other pools or programs hold them); widen the range "
         f"(e.g. GPUGEEK_SLURM_PORTS={ports[0]}:{ports[1] + 100})"
     )
 
@@ -564,11 +565,17 @@ def _cluster_class() -> type:
     from dask_jobqueue import SLURMCluster
     from distributed.deploy.cluster import Cluster
 
+    from .private_http import served_dashboard_link
+
     class PoolSLURMCluster(SLURMCluster):
         def __init__(self, *args: Any, worker_security: Any = None, pool_folder: Path | None = None, **kwargs: Any):
             self._pool_worker_security = worker_security
             self.pool_folder = pool_folder
             super().__init__(*args, **kwargs)
+
+        @property
+        def dashboard_link(self) -> str:
+            return served_dashboard_link(self)
 
         def _get_worker_security(self, security: Any) -> Any:
             return self._pool_worker_security if self._pool_worker_security is not None else security
@@ -610,6 +617,7 @@ class SlurmBackend:
 
     name = "slurm"
     uses_pool_credentials = True
+    serves_private_dashboard = True  # the scheduler runs in the launching process
 
     def preflight(self, spec: PoolSpec) -> None:
         """Fail before anything is registered: dask-jobqueue and Slurm's commands must be here, and
@@ -635,8 +643,11 @@ class SlurmBackend:
         on_progress: ProgressCallback,
         start_timeout: float,
         credentials: PoolCredentials | None = None,
+        dashboard_socket: Path | None = None,
     ) -> RunningCluster:
         from distributed import Client
+
+        from .private_http import PrivateHttpScheduler
 
         config = get_config()
         deadline = time.monotonic() + start_timeout
@@ -652,16 +663,15 @@ class SlurmBackend:
             ) from e
         security = credentials.security() if credentials is not None else None
         host = config.slurm_scheduler_host.strip()
-        scheduler_port = dashboard_port = 0
         ports = port_range()
-        if ports is not None:
-            scheduler_port, dashboard_port = _free_ports_in(ports, host, 2)
         scheduler_options: dict[str, Any] = {
-            "dashboard_address": f"{host}:{dashboard_port}" if host else f":{dashboard_port}",
             "idle_timeout": None,
+            # the scheduler runs here: its dashboard on the pool's Unix socket, on no TCP port
+            "dashboard": dashboard_socket is not None,
+            "dashboard_socket": dashboard_socket,
         }
-        if scheduler_port:
-            scheduler_options["port"] = scheduler_port
+        if ports is not None:
+            scheduler_options["port"] = _free_port_in(ports, host)
         if host:
             scheduler_options["host"] = host
         try:
@@ -671,6 +681,7 @@ class SlurmBackend:
                 security=security,
                 worker_security=worker_security,
                 pool_folder=folder,
+                scheduler_cls=PrivateHttpScheduler,
                 scheduler_options=scheduler_options,
                 **job_script_options(spec, str(folder / "logs")),
             )
@@ -691,7 +702,7 @@ class SlurmBackend:
         return RunningCluster(
             client=client,
             scheduler_address=cluster.scheduler_address,
-            dashboard_link=cluster.dashboard_link,
+            dashboard_link=pool_dashboard_path(spec.name) if cluster.scheduler.dashboard_socket is not None else None,
             cluster=cluster,
             job_folder=str(folder),
             batch_jobs=cluster.job_ids,

@@ -9,6 +9,7 @@ Routes (under the server's ``base_url``; described in ``openapi.json``, also ser
     GET    /gpugeek/pools/{name}            one pool (its newest record)
     DELETE /gpugeek/pools/{name}            stop it, whichever process owns it -> 200 once stopped
     GET    /gpugeek/pools/{name}/metrics    latest telemetry samples, or why there are none
+    GET    /gpugeek/pools/{name}/dashboard/{path}  its dask dashboard (a page, and its websockets)
     GET    /gpugeek/jobs[?pool=]            recent jobs
     GET    /gpugeek/jobs/{id}               one job
     GET    /gpugeek/catalog                 GPU types, prices, backends and launch defaults

@@ -210,12 +210,15 @@ def load_openapi_text() -> str:
 _NAME = r"(?P<name>[^/]+)"
 
 
-def route_table(base_url: str) -> list[tuple[str, type[GpugeekHandler]]]:
+def route_table(base_url: str) -> list[tuple[str, type[web.RequestHandler]]]:
     """The extension's routes under ``base_url``."""
-    routes = [
+    from .dashboard_proxy import DashboardProxyHandler  # a page and its websockets, not JSON
+
+    routes: list[tuple[str, type[web.RequestHandler]]] = [
         ("pools", PoolsHandler),
         (f"pools/{_NAME}", PoolHandler),
         (f"pools/{_NAME}/metrics", PoolMetricsHandler),
+        (f"pools/{_NAME}/dashboard/(?P<path>.*)", DashboardProxyHandler),
         ("jobs", JobsHandler),
         (r"jobs/(?P<job_id>[^/]+)", JobHandler),
         (r"jobs/(?P<job_id>[^/]+)/where", JobWhereHandler),

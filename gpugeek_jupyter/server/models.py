@@ -19,7 +19,7 @@ from typing import Any
 
 from ..catalog import CPU
 from ..cost import ledger
-from ..dashboards import proxy_available, proxy_path
+from ..dashboards import is_server_route, proxy_available, proxy_path
 from ..errors import NotFoundError
 from ..spec import PoolSpec
 from ..store import JobRecord, PoolRecord, Registry, WorkerInterval
@@ -123,9 +123,7 @@ def make_pool_model(
         "mean_sm_util": telemetry.mean_sm_util,
         "sm_util_history": list(telemetry.sm_util_history),
         "util_kind": telemetry.util_kind,
-        "dashboard_link": record.dashboard_link,
-        # behind the user's Jupyter login (jupyter-server-proxy), relative to the server's base URL
-        "dashboard_path": proxy_path(record.dashboard_link) if proxy_available() else None,
+        **dashboard_fields(record),
         "scheduler_address": record.scheduler_address or "",
         "owner": record.owner,
         "namespace": record.namespace,
@@ -133,6 +131,15 @@ def make_pool_model(
         "ended_at": iso_time(record.ended_at),
         "reason": reason,
     }
+
+
+def dashboard_fields(record: PoolRecord) -> dict[str, str | None]:
+    """``dashboard_link`` (where the dashboard is: this server's route to it, relative to its base
+    URL, for local and Slurm pools; else its http address) and ``dashboard_path`` (what serves it
+    behind the user's Jupyter login, relative to the base URL); both None once the pool has ended."""
+    link = record.dashboard_link if record.status.is_live else None
+    path = link if is_server_route(link) else proxy_path(link) if proxy_available() else None
+    return {"dashboard_link": link, "dashboard_path": path}
 
 
 def make_job_model(record: JobRecord, usd: float | None, now: float) -> dict[str, Any]:

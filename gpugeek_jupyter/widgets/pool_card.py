@@ -7,6 +7,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+_ENDED = {"stopped", "failed", "lost"}  # no processes left: nothing for a dashboard link to open
 _STATUS_COLOURS = {
     "starting": "#b26b00",
     "ready": "#1a7f37",
@@ -46,6 +47,8 @@ class PoolCard(widgets.VBox):
     def set_status(self, status: str, message: str = "") -> None:
         self._status = status
         self._message = message
+        if status in _ENDED:
+            self._dashboard = None
         if status != "starting":
             self._progress.layout.display = "none"
         self._render()
@@ -53,7 +56,7 @@ class PoolCard(widgets.VBox):
     def set_running(self, dashboard_link: str | None, usd_per_hour: float) -> None:
         from ..dashboards import browser_link
 
-        self._dashboard = browser_link(dashboard_link)  # through Jupyter's proxy where it has one
+        self._dashboard = browser_link(dashboard_link)  # the Jupyter server's route, behind its login
         self._usd_per_hour = usd_per_hour
         self._ready = self._spec.count
         self.set_status("ready")

@@ -43,11 +43,17 @@ export interface IPoolModel {
   sm_util_history: number[];
   /** What the utilisation numbers measure: GPU SM % or, for cpu pools, CPU %. */
   util_kind: 'sm' | 'cpu';
+  /**
+   * Where the dask dashboard is: for local and Slurm pools the server's route to it
+   * (`gpugeek/pools/<name>/dashboard/status`, relative to its base URL), else its http address;
+   * null once the pool has ended.
+   */
   dashboard_link: string | null;
   /**
-   * The dashboard through the Jupyter server's proxy (`proxy/<port>/status`, relative to the
-   * server's base URL), behind the user's login; null when the server has no proxy or the
-   * dashboard is on another host.
+   * What serves the dashboard behind the user's Jupyter login, relative to the server's base
+   * URL: `gpugeek/pools/<name>/dashboard/status` for local and Slurm pools (their schedulers
+   * listen on no TCP port), `proxy/<port>/status` for another dashboard on this host; null once
+   * the pool has ended or for a dashboard on another host.
    */
   dashboard_path?: string | null;
   scheduler_address: string;

@@ -42,9 +42,9 @@ export interface IPoolRowOptions {
 }
 
 /**
- * Where the Dashboard link points: through the Jupyter server's proxy when the
- * server offers one (it needs the user's Jupyter login and works behind
- * JupyterHub), else the dashboard's own address.
+ * Where the Dashboard link points: the Jupyter server's own route to the pool's
+ * dashboard (or its proxy), which needs the user's Jupyter login and works
+ * behind JupyterHub; else the dashboard's own address.
  */
 export function dashboardHref(pool: IPoolModel, baseUrl: string): string | null {
   if (pool.dashboard_path) {

@@ -75,22 +75,6 @@ print(json.dumps(results))
 
 
 @pytest.fixture
-def registry_in_the_open(open_directory: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """This test's registry in a directory every user may enter, as the issue found the runtime
-    directory: only the permissions gpugeek sets keep ``nobody`` out."""
-    from gpugeek_jupyter import config, runtime
-
-    path = open_directory / "runtime" / "gpugeek.sqlite"
-    path.parent.mkdir()
-    path.parent.chmod(0o755)
-    monkeypatch.setenv("GPUGEEK_REGISTRY", str(path))
-    monkeypatch.setenv("GPUGEEK_PRELOAD_TORCH", "0")
-    config.set_config(None)
-    runtime.reset_pool_manager()
-    return path
-
-
-@pytest.fixture
 def tls_pool(registry_in_the_open: Path) -> Iterator[Any]:
     import gpugeek_jupyter
 

@@ -60,3 +60,21 @@ def test_live_shows_only_live_pools(shell: InteractiveShell, history: None) -> N
 def test_live_and_all_together_are_a_one_line_usage_error(shell: InteractiveShell) -> None:
     with pytest.raises(UsageError, match=r"^pass --live or --all, not both \(e\.g\. %gpugeek_pools --all\)$"):
         shell.run_line_magic("gpugeek_pools", "--live --all")
+
+
+def test_the_dashboard_column_is_the_servers_route_for_a_live_pool_and_empty_once_it_ended(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugeek_jupyter.dashboards import pool_dashboard_path
+
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/ada/")
+    registry = get_registry()
+    for name in ("live", "ended"):
+        record = registry.add_pool(name, "local", {"gpu_type": "cpu", "count": 1}, {}, owner="kernel 1")
+        registry.set_pool_status(record.id, PoolStatus.READY, dashboard_link=pool_dashboard_path(name))
+    registry.set_pool_status(registry.live_pool("ended").id, PoolStatus.STOPPED, reason="done")
+    table = shell.run_line_magic("gpugeek_pools", "")
+    assert dict(zip(table["name"], table["dashboard"])) == {
+        "live": "/user/ada/gpugeek/pools/live/dashboard/status",
+        "ended": "",
+    }

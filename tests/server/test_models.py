@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gpugeek_jupyter.dashboards import pool_dashboard_path
 from gpugeek_jupyter.pricing import prices_in_force
 from gpugeek_jupyter.server.handlers import route_table
 from gpugeek_jupyter.server.models import job_usd, make_job_model, make_pool_model, pool_cost, pool_telemetry
@@ -149,7 +150,21 @@ def test_openapi_describes_every_route_and_the_models_keys() -> None:
     assert set(schemas["LaunchRequest"]["properties"]) >= interface_keys("ILaunchRequest")
     documented = {re.sub(r"\{\w+\}", "X", path) for path in spec["paths"]}
     served = {
-        re.sub(r"\(\?P<\w+>\[\^/\]\+\)", "X", pattern).removeprefix("/").removesuffix("/?").replace("\\.", ".")
+        re.sub(r"\(\?P<\w+>[^)]+\)", "X", pattern).removeprefix("/").removesuffix("/?").replace("\\.", ".")
         for pattern, _ in route_table("/")
     }
     assert {"/" + path for path in served} == documented
+
+
+def test_a_local_pools_dashboard_is_the_servers_own_route_to_it(registry: Registry, clock: Clock) -> None:
+    record = two_worker_pool(registry)
+    registry.set_pool_status(record.id, PoolStatus.READY, dashboard_link=pool_dashboard_path("models"))
+    model = pool_model(registry, record, clock.now)
+    assert model["dashboard_link"] == model["dashboard_path"] == "gpugeek/pools/models/dashboard/status"
+
+
+def test_an_ended_pool_carries_no_dashboard_link(registry: Registry, clock: Clock) -> None:
+    record = two_worker_pool(registry)
+    registry.set_pool_status(record.id, PoolStatus.STOPPED, reason="stopped by the user")
+    model = pool_model(registry, record, clock.now)
+    assert (model["status"], model["dashboard_link"], model["dashboard_path"]) == ("stopped", None, None)

@@ -167,7 +167,7 @@ def test_pruning_removes_credentials_copies_of_ended_pools_and_old_folders(
     assert not old.exists() and recent.exists()
 
 
-@pytest.mark.parametrize("value", ["40000", "40000-40100", "80:90", "40000:40002", "40100:40000", "40000:70000"])
+@pytest.mark.parametrize("value", ["40000", "40000-40100", "80:90", "40000:40001", "40100:40000", "40000:70000"])
 def test_a_port_range_that_cannot_serve_a_pool_is_named_with_an_example(
     value: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -181,8 +181,16 @@ def test_a_port_range_that_cannot_serve_a_pool_is_named_with_an_example(
         port_range()
     assert str(raised.value) == (
         "GpugeekConfig.slurm_ports (GPUGEEK_SLURM_PORTS) must be FIRST:LAST, ports from 1024 to 65535, "
-        f"at least 4 of them, got {value!r} (e.g. '40000:40100')"
+        f"at least 3 of them, got {value!r} (e.g. '40000:40100')"
     )
+
+
+def test_the_job_script_starts_a_worker_whose_http_server_does_not_listen() -> None:
+    from gpugeek_jupyter.pools.slurm import render_job_script
+    from gpugeek_jupyter.spec import PoolSpec
+
+    script = render_job_script(PoolSpec.create(gpu_type="cpu", count=1, backend="slurm", name="quiet"))
+    assert "--worker-class gpugeek_jupyter.pools.private_http.PoolWorker --no-dashboard" in script
 
 
 def test_a_port_range_reaches_the_workers_command_line(monkeypatch: pytest.MonkeyPatch) -> None:

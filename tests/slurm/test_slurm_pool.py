@@ -173,10 +173,11 @@ def test_without_pool_tls_the_workers_speak_plain_tcp_and_get_no_credentials(
         pool.stop()
 
 
-def test_with_a_port_range_the_scheduler_dashboard_workers_and_nannies_listen_inside_it(
+def test_with_a_port_range_the_scheduler_workers_and_nannies_listen_inside_it(
     slurm: OneHostSlurm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """For a firewall that opens one range between the notebook's host and the compute nodes."""
+    """For a firewall that opens one range between the notebook's host and the compute nodes (the
+    dashboard takes no port: it is served on a Unix socket of the owner's)."""
     import gpugeek_jupyter
     from gpugeek_jupyter.jobs import run_cell
 
@@ -191,15 +192,36 @@ def test_with_a_port_range_the_scheduler_dashboard_workers_and_nannies_listen_in
         workers = pool.client.scheduler_info(n_workers=-1)["workers"]
         listening = {
             "scheduler": port(pool.scheduler_address),
-            "dashboard": port(pool.dashboard_link or ":0"),
             **{f"worker {info['name']}": port(address) for address, info in workers.items()},
             **{f"nanny {info['name']}": port(info["nanny"]) for info in workers.values()},
         }
-        assert len(listening) == 6 and all(first <= p <= last for p in listening.values()), listening
-        assert len(set(listening.values())) == 6  # one port each
+        assert len(listening) == 5 and all(first <= p <= last for p in listening.values()), listening
+        assert len(set(listening.values())) == 5  # one port each
+        assert pool.dashboard_link == "/gpugeek/pools/ranged/dashboard/status"
         import torch
 
         result = run_cell(pool, "t = torch.ones(1)\ndist.all_reduce(t)\nt.item()", {"torch": torch})
         assert result.ok and result.values == [2.0, 2.0], result.report()
+    finally:
+        pool.stop()
+
+
+def test_a_slurm_pools_dashboard_is_on_its_socket_and_its_workers_serve_no_http(slurm: OneHostSlurm) -> None:
+    import socket
+
+    import gpugeek_jupyter
+    from gpugeek_jupyter.pools.dashboard_socket import dashboard_socket_path
+
+    pool = gpugeek_jupyter.launch(backend="slurm", count=1, name="served")
+    try:
+        assert pool.dashboard_link == "/gpugeek/pools/served/dashboard/status"
+        assert pool.client.scheduler_info()["services"] == {}  # no dashboard port
+        assert pool.client.run(lambda dask_worker: (type(dask_worker).__name__, dask_worker.service_ports)) == {
+            address: ("PoolWorker", {}) for address in pool.worker_addresses()
+        }
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(str(dashboard_socket_path(pool.registry, pool.id)))
+            client.sendall(b"GET /json/identity.json HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            assert client.recv(12) == b"HTTP/1.1 200"
     finally:
         pool.stop()
