@@ -2,6 +2,12 @@ import { dashboardHref } from '../src/poolView';
 import { makePool } from './fixtures';
 
 describe('dashboardHref', () => {
+  it("opens a local pool's dashboard at the server's own route, under its base URL", () => {
+    const route = 'gpugeek/pools/dev/dashboard/status';
+    const pool = makePool({ dashboard_link: route, dashboard_path: route });
+    expect(dashboardHref(pool, '/user/ada/')).toBe('/user/ada/gpugeek/pools/dev/dashboard/status');
+  });
+
   it('goes through the Jupyter server proxy when the server offers it', () => {
     const pool = makePool({
       dashboard_link: 'http://127.0.0.1:8787/status',
