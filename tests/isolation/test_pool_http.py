@@ -158,3 +158,31 @@ def test_a_stopped_pool_has_no_dashboard_link_and_no_socket(registry_in_the_open
     assert pool.dashboard_link == "/gpugeek/pools/ended/dashboard/status" and path.exists()
     pool.stop()
     assert (pool.dashboard_link, "dashboard=None>" in repr(pool), path.exists()) == (None, True, False)
+
+
+def test_the_dashboard_relays_to_no_other_host_or_port(registry_in_the_open: Path) -> None:
+    import gpugeek_jupyter
+    from gpugeek_jupyter.pools.dashboard_socket import dashboard_socket_path
+
+    pool = gpugeek_jupyter.launch(gpu_type="cpu", count=1, name="no-relay")
+    try:
+        worker_port = _port(pool.worker_addresses()[0])
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(str(dashboard_socket_path(pool.registry, pool.id)))
+            client.sendall(f"GET /proxy/{worker_port}/127.0.0.1/status HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+            assert client.recv(12) == b"HTTP/1.1 404"  # dask's relay to worker dashboards is not served
+    finally:
+        pool.stop()
+
+
+def test_a_socket_path_too_long_for_a_unix_socket_means_no_dashboard_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gpugeek_jupyter.pools.dashboard_socket import MAX_SOCKET_PATH, prepare_dashboard_socket
+    from gpugeek_jupyter.store import Registry
+
+    deep = tmp_path / ("d" * (MAX_SOCKET_PATH - len(str(tmp_path))))
+    registry = Registry(deep / "gpugeek.sqlite")
+    with caplog.at_level("WARNING", logger="gpugeek_jupyter.pools.dashboard_socket"):
+        assert prepare_dashboard_socket(registry, 1) is None
+    assert "has no dashboard" in caplog.text and "GPUGEEK_REGISTRY" in caplog.text
