@@ -16,6 +16,7 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from .client import ClusterClient, Job
+    from .detached import JobHandle
     from .pools import Pool
     from .spec import PoolSpec
     from .store import PoolRecord
@@ -23,10 +24,12 @@ if TYPE_CHECKING:
 __all__ = [
     "ClusterClient",
     "Job",
+    "JobHandle",
     "Pool",
     "PoolSpec",
     "__version__",
     "current_pool",
+    "job",
     "launch",
     "list_pools",
     "load_ipython_extension",
@@ -35,6 +38,7 @@ __all__ = [
 _LAZY = {
     "ClusterClient": ("gpugeek_jupyter.client", "ClusterClient"),
     "Job": ("gpugeek_jupyter.client", "Job"),
+    "JobHandle": ("gpugeek_jupyter.detached", "JobHandle"),
     "Pool": ("gpugeek_jupyter.pools", "Pool"),
     "PoolSpec": ("gpugeek_jupyter.spec", "PoolSpec"),
     "PoolStatus": ("gpugeek_jupyter.store", "PoolStatus"),
@@ -62,17 +66,40 @@ def list_pools(live_only: bool = False) -> list[PoolRecord]:
     return _list_pools(live_only=live_only)
 
 
-def launch(**options: Any) -> Pool:
+def launch(keep: bool = False, **options: Any) -> Pool:
     """Launch a pool from keyword options (the same as ``%gpugeek_launch``'s) and make it current.
+
+    ``keep=True``: the user's agent owns the pool, so it outlives this process (kernel, script)
+    and takes detached jobs (``Job.submit``); it ends by a stop, idle shutdown, budget or walltime.
 
     >>> pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, name="dev")   # doctest: +SKIP
     """
-    from .errors import Surface, phrased_for
+    from .errors import SpecError, Surface, phrased_for
     from .runtime import launch_pool
     from .spec import PoolSpec
 
     with phrased_for(Surface.PYTHON):  # errors name keyword arguments: count=4, not --count 4
-        return launch_pool(PoolSpec.create(**options))
+        if not isinstance(keep, bool):
+            raise SpecError(field="keep", value=keep, rule="True or False", example=True)
+        spec = PoolSpec.create(**options)
+        if keep:
+            from .detached import launch_kept
+
+            return launch_kept(spec)
+        return launch_pool(spec)
+
+
+def job(job_id: str) -> JobHandle:
+    """The handle of job ``job_id`` from any process of the user: ``.status()``, ``.logs()``,
+    ``.wait()``, ``.result()``, ``.cancel()``, ``.where()``.
+
+    >>> gpugeek_jupyter.job("job-1a2b3c4d").wait().result().values   # doctest: +SKIP
+    """
+    from .detached import job as find_job
+    from .errors import Surface, phrased_for
+
+    with phrased_for(Surface.PYTHON):
+        return find_job(job_id)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .detached import JobHandle
     from .jobs.result import JobResult
     from .pools import Pool
     from .store import JobRecord
@@ -79,20 +80,28 @@ class ClusterClient:
         count: int = 2,
         interconnect: str | None = None,
         framework: str | None = None,
+        keep: bool = False,
         **pool_options: Any,
     ) -> Job:
         """Launch a pool for a job (``count`` ranks, one per GPU or CPU worker) and return the ``Job``.
 
         ``pool_options`` are the pool's other options (``name``, ``backend``, ``spot_fraction``,
-        ``budget``, ``idle_timeout``, ``address``, ...), as for ``%gpugeek_launch``.
+        ``budget``, ``idle_timeout``, ``address``, ...), as for ``%gpugeek_launch``. ``keep=True``:
+        the user's agent owns the pool, which then outlives this process and takes ``Job.submit``.
         """
         from .runtime import get_pool_manager
         from .spec import PoolSpec
 
         with phrased_for(Surface.PYTHON):
+            if not isinstance(keep, bool):
+                raise SpecError(field="keep", value=keep, rule="True or False", example=True)
             spec = PoolSpec.create(
                 gpu_type=gpu_type, count=count, interconnect=interconnect, framework=framework, **pool_options
             )
+            if keep:
+                from .detached import launch_kept
+
+                return Job(launch_kept(spec), owns_pool=False)  # it outlives this process: stop it yourself
             pool = get_pool_manager().launch(spec)
         return Job(pool, owns_pool=True)
 
@@ -147,8 +156,14 @@ class Job:
         env: dict[str, str] | None = None,
         output: str | None = None,
         min_ranks: int | None = None,
+        wait: bool = True,
     ) -> JobResult:
         """Run a script on every rank as ``torchrun --nproc_per_node=N`` would; returns a ``JobResult``.
+
+        A pool runs one job at a time, whichever process submits it: on a busy pool the run waits
+        its turn in the pool's queue, saying on stderr which job it waits for (``wait=False``
+        raises :class:`~gpugeek_jupyter.errors.PoolBusyError` naming that job instead). ``timeout``
+        counts from the start of the run; ``result.waited_s`` is the time spent in the queue.
 
         ``hyperparams`` become ``--name value`` arguments after ``args``. Output is written live,
         labelled ``[rank N]``, to this process's stdout/stderr (or given to ``on_output(rank,
@@ -171,6 +186,7 @@ class Job:
         from .jobs import run_script
         from .jobs.job_env import check_job_env
         from .jobs.output import output_writer, resolve_output_mode
+        from .jobs.pool_queue import WaitLines
         from .jobs.progress_text import TextProgress
 
         with phrased_for(Surface.PYTHON):
@@ -191,6 +207,8 @@ class Job:
                     on_output=on_output if on_output is not None else writer,
                     on_progress=progress,
                     env=env,
+                    wait=wait,
+                    on_wait=WaitLines(),
                 )
             finally:
                 if writer is not None:
@@ -199,6 +217,41 @@ class Job:
         if result.status.value == "cancelled":
             raise KeyboardInterrupt(result.failure)
         return result
+
+    def submit(
+        self,
+        script_path: str,
+        hyperparams: dict[str, Any] | None = None,
+        args: Sequence[str] = (),
+        timeout: float | None = None,
+        max_restarts: int = 0,
+        env: dict[str, str] | None = None,
+        min_ranks: int | None = None,
+    ) -> JobHandle:
+        """Start a script as :meth:`run` would, without waiting: its :class:`~gpugeek_jupyter.JobHandle`
+        (``.status()``, ``.logs(follow=True)``, ``.wait()``, ``.result()``, ``.cancel()``).
+
+        The job is the user's agent's, so it goes on when this process ends; the pool must be a
+        kept one (``create_job(..., keep=True)``, ``launch(..., keep=True)``).
+
+        >>> handle = job.submit(script_path="train.py", hyperparams={"lr": 3e-5})   # doctest: +SKIP
+        >>> gpugeek_jupyter.job(handle.id).wait().result().returncodes              # doctest: +SKIP
+        [0, 0]
+        """
+        from .detached import submit_request
+        from .jobs import script_request
+
+        with phrased_for(Surface.PYTHON):
+            request = script_request(
+                script_path,
+                args,
+                hyperparams,
+                timeout=timeout,
+                max_restarts=max_restarts,
+                min_ranks=min_ranks,
+                env=env,
+            )
+            return submit_request(self.pool, request)
 
     def stop(self) -> None:
         """Stop the pool (when this job launched it; a pool it only uses is left running)."""

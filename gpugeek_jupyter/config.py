@@ -53,6 +53,8 @@ ENVIRONMENT = {
     "job_log_bytes": "GPUGEEK_JOB_LOG_BYTES",
     "job_logs_keep": "GPUGEEK_JOB_LOGS_KEEP",
     "elastic_wait_seconds": "GPUGEEK_ELASTIC_WAIT",
+    "agent_idle_seconds": "GPUGEEK_AGENT_IDLE",
+    "result_bytes": "GPUGEEK_RESULT_BYTES",
 }
 
 
@@ -108,6 +110,16 @@ class GpugeekConfig(Configurable):
         30.0,
         help="A job run with min_ranks (--min-ranks) whose pool lost workers waits this long for them "
         "to be replaced before it restarts on the workers that remain. Env: GPUGEEK_ELASTIC_WAIT.",
+    ).tag(config=True)
+    agent_idle_seconds = Float(
+        300.0,
+        help="The per-user agent (which owns kept pools and detached jobs) exits after this many seconds "
+        "with no live kept pool and no detached job. Env: GPUGEEK_AGENT_IDLE.",
+    ).tag(config=True)
+    result_bytes = Integer(
+        256 * 1024 * 1024,
+        help="The largest detached job result kept on disk (every rank's return value, pickled); past it "
+        "the result is kept without its values and says so. Env: GPUGEEK_RESULT_BYTES.",
     ).tag(config=True)
     job_logs_keep = Integer(
         500, help="Jobs whose logs are kept; the oldest are removed as new ones start. Env: GPUGEEK_JOB_LOGS_KEEP."

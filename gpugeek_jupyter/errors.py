@@ -367,6 +367,10 @@ class ConflictError(GpugeekError):
         )
 
 
+class PoolBusyError(ConflictError):
+    """A job that asked not to wait found its pool running another job."""
+
+
 class BackendUnavailableError(GpugeekError):
     """The backend cannot provide what was asked (no such GPU here, no kubeconfig, ...)."""
 

@@ -205,6 +205,8 @@ def job_cost(
     now = registry.clock() if now is None else now
     open_end, accruing = _open_intervals_end(record, now, lost_after_seconds)
     end = max(job.started_at, min(job.ended_at, open_end) if job.ended_at is not None else open_end)
+    if job.status is JobStatus.QUEUED:  # its cost starts when it runs
+        end = job.started_at
     return _breakdown(registry, record, job, job.started_at, end, open_end, accruing and job.ended_at is None, True)
 
 
@@ -242,7 +244,7 @@ def idle_since(
     newer than ``stale_after`` seconds says how it is."""
     record = registry.pool_by_id(pool_id)
     jobs = registry.list_jobs(pool_id=pool_id)
-    if any(j.status in (JobStatus.PENDING, JobStatus.RUNNING) for j in jobs):
+    if any(not j.status.is_final for j in jobs):
         return None
     samples = registry.utilization(pool_id, since=now - window_seconds - stale_after, until=now)
     if not samples or now - samples[-1].at > stale_after:

@@ -22,10 +22,12 @@ from ..pools._plugin import PoolLifecyclePlugin
 if TYPE_CHECKING:
     from ..pools import Pool
     from .agent import NoticeCallback
+    from .pool_queue import WaitCallback
+    from .request import JobRequest
     from .result import JobResult
     from .watch import OutputCallback, ProgressCallback
 
-__all__ = ["EndJobsBeforeStop", "end_jobs_before_stop", "run_cell", "run_script"]
+__all__ = ["EndJobsBeforeStop", "cell_request", "end_jobs_before_stop", "run_cell", "run_script", "script_request"]
 
 
 class EndJobsBeforeStop(PoolLifecyclePlugin):
@@ -49,8 +51,7 @@ def end_jobs_before_stop(manager: Any, pool: Pool, reason: str) -> None:
         agent.end_jobs_before_stop(manager, pool, reason)
 
 
-def run_cell(
-    pool: Pool,
+def cell_request(
     source: str,
     namespace: Mapping[str, Any],
     *,
@@ -63,20 +64,13 @@ def run_cell(
     ranks: str | Sequence[int] | None = None,
     min_ranks: int | None = None,
     env: Mapping[str, str] | None = None,
-    on_output: OutputCallback | None = None,
-    on_notice: NoticeCallback | None = None,
-    on_progress: ProgressCallback | None = None,
-) -> JobResult:
-    """Run notebook code on every worker of ``pool`` (or on ``ranks`` only, e.g. ``"0,2-3"``: the
-    same namespaces and warm process group, for inspection; collectives need every rank and end
-    as ``cannot complete`` naming the ranks that did not take part); names it uses come from
-    ``namespace``."""
-    from .agent import agent_for
+    wait: bool = True,
+) -> JobRequest:
+    """The request of a cell: its code, and the notebook names it uses from ``namespace``, captured now."""
     from .cell import prepare_cell
     from .request import JobRequest, parse_ranks
 
     chosen = parse_ranks(ranks)
-
     program = prepare_cell(source, namespace, hidden=hidden, rank0_only=rank0)
     request = JobRequest(
         code=program.code,
@@ -88,12 +82,36 @@ def run_cell(
         env=dict(env) if isinstance(env, Mapping) else env or {},  # validate() checks it
         ranks=chosen,
         min_ranks=min_ranks,
+        wait=wait,
     )
-    return agent_for(pool).run(request, on_output, on_notice, on_progress)
+    request.validate()
+    return request
 
 
-def run_script(
+def run_cell(
     pool: Pool,
+    source: str,
+    namespace: Mapping[str, Any],
+    *,
+    on_output: OutputCallback | None = None,
+    on_notice: NoticeCallback | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_wait: WaitCallback | None = None,
+    **options: Any,
+) -> JobResult:
+    """Run notebook code on every worker of ``pool`` (or on ``ranks`` only, e.g. ``"0,2-3"``: the
+    same namespaces and warm process group, for inspection; collectives need every rank and end
+    as ``cannot complete`` naming the ranks that did not take part); names it uses come from
+    ``namespace``. A busy pool's job waits its turn (``on_wait`` is told who holds the pool);
+    ``wait=False`` raises :class:`~gpugeek_jupyter.errors.PoolBusyError` instead. The options are
+    :func:`cell_request`'s."""
+    from .agent import agent_for
+
+    request = cell_request(source, namespace, **options)
+    return agent_for(pool).run(request, on_output, on_notice, on_progress, on_wait)
+
+
+def script_request(
     script_path: str,
     args: Sequence[str] = (),
     hyperparams: Mapping[str, Any] | None = None,
@@ -104,12 +122,9 @@ def run_script(
     stream: bool = True,
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
-    on_output: OutputCallback | None = None,
-    on_notice: NoticeCallback | None = None,
-    on_progress: ProgressCallback | None = None,
-) -> JobResult:
-    """Run a torchrun-ready script on every worker of ``pool`` (see :mod:`.script`)."""
-    from .agent import agent_for
+    wait: bool = True,
+) -> JobRequest:
+    """The request of a torchrun-ready script (see :mod:`.script`): its source, read now."""
     from .request import JobRequest
     from .script import prepare_script
 
@@ -123,5 +138,27 @@ def run_script(
         min_ranks=min_ranks,
         stream=stream,
         env=dict(env) if isinstance(env, Mapping) else env or {},  # validate() checks it
+        wait=wait,
     )
-    return agent_for(pool).run(request, on_output, on_notice, on_progress)
+    request.validate()
+    return request
+
+
+def run_script(
+    pool: Pool,
+    script_path: str,
+    args: Sequence[str] = (),
+    hyperparams: Mapping[str, Any] | None = None,
+    *,
+    on_output: OutputCallback | None = None,
+    on_notice: NoticeCallback | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_wait: WaitCallback | None = None,
+    **options: Any,
+) -> JobResult:
+    """Run a torchrun-ready script on every worker of ``pool`` (see :mod:`.script`); it waits its
+    turn on a busy pool as :func:`run_cell` does. The options are :func:`script_request`'s."""
+    from .agent import agent_for
+
+    request = script_request(script_path, args, hyperparams, **options)
+    return agent_for(pool).run(request, on_output, on_notice, on_progress, on_wait)

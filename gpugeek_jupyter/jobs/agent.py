@@ -27,10 +27,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
+from ..store import JobStatus
 from . import rank as rank_side
-from .events import Events, PoolStopping, WorkerRemoved, rank_event
+from .events import CancelRequested, Events, PoolStopping, WorkerRemoved, rank_event
 from .logs import JobLogs
 from .payload import OUTPUT_TOPIC, RankJob
+from .pool_queue import PoolQueue, WaitCallback
 from .process_group import ProcessGroup, ProcessGroupBuilder
 from .record import JobRecord
 from .request import JobRequest, new_job_id
@@ -65,6 +67,11 @@ class JobAgent:
         self._events: dict[str, Events] = {}  # job id -> what its watch hears
         self._subscribed = False
         self._warm_generation: str | None = None  # the generation whose group every rank has joined
+        self.queue = PoolQueue(pool)
+        self._waiting: dict[str, str | None] = {}  # job id -> why it is to leave the queue (None: it waits on)
+        self._last_job: str | None = (
+            None  # this agent's newest job: when it was the pool's previous one, the group is warm
+        )
 
     # -- public --------------------------------------------------------------------------------
     def run(
@@ -73,11 +80,14 @@ class JobAgent:
         on_output: OutputCallback | None = None,
         on_notice: NoticeCallback | None = None,
         on_progress: ProgressCallback | None = None,
+        on_wait: WaitCallback | None = None,
     ) -> JobResult:
-        """Run ``request`` on every worker; the result also when the job failed.
+        """Run ``request`` on every worker, once its turn in the pool's queue came (``on_wait`` is
+        told while it waits); the result also when the job failed.
 
         A ``KeyboardInterrupt`` (the notebook's interrupt) stops the job on every rank and returns a
-        ``cancelled`` result.
+        ``cancelled`` result; while the job waits, it leaves the queue (``cancelled while queued``).
+        ``request.wait=False`` raises :class:`~gpugeek_jupyter.errors.PoolBusyError` on a busy pool.
         """
         request.validate()
         output = on_output or (lambda rank, stream, text: None)
@@ -85,8 +95,42 @@ class JobAgent:
             from .progress_text import TextProgress
 
             on_progress = TextProgress.through_output(output)
-        with self._lock:
-            return self._run(request, output, on_notice or log.info, on_progress)
+        job_id = request.job_id
+        record = JobRecord(self.pool, job_id, request)
+        self._waiting[job_id] = None
+        try:
+            turn = self.queue.wait_turn(
+                record,
+                wait=request.wait,
+                on_wait=on_wait,
+                cancelled=lambda: self._waiting.get(job_id),
+                submitted_by=request.submitted_by,
+            )
+        finally:
+            self._waiting.pop(job_id, None)
+        if turn.cancelled is not None:
+            return JobResult(
+                job_id=job_id,
+                pool=self.pool.name,
+                kind=request.kind,
+                status=JobStatus.CANCELLED,
+                returncodes=[],
+                values=[],
+                duration_s=0.0,
+                failure=turn.cancelled,
+                waited_s=turn.waited_s,
+            )
+        try:
+            with self._lock:
+                if turn.previous != self._last_job:  # another process ran ranks here since: its group is gone
+                    self.group = None
+                self._last_job = job_id
+                result = self._run(job_id, record, request, output, on_notice or log.info, on_progress)
+        except BaseException as e:  # between the turn and the run: the row must not stay running
+            record.crashed(e)
+            raise
+        result.waited_s = turn.waited_s
+        return result
 
     def end_job_before_stop(self, reason: str, timeout: float) -> bool:
         """Stop the running job, if any, because the pool is stopping; True once no job runs.
@@ -103,18 +147,30 @@ class JobAgent:
         self.roster.wait_for_restarts()
         return True
 
+    def cancel(self, job_id: str, reason: str) -> bool:
+        """Stop job ``job_id`` from another thread (a detached job's cancel): a waiting job leaves the
+        queue, a running one stops as when interrupted; whether it was this agent's."""
+        if job_id in self._waiting:
+            self._waiting[job_id] = reason
+            return True
+        events = self._events.get(job_id)
+        if events is None:
+            return False
+        events.put(CancelRequested(reason))
+        return True
+
     # -- the loop ------------------------------------------------------------------------------
     def _run(
         self,
+        job_id: str,
+        record: JobRecord,
         request: JobRequest,
         on_output: OutputCallback,
         on_notice: NoticeCallback,
         on_progress: ProgressCallback | None,
     ) -> JobResult:
-        job_id = new_job_id()
-        started = time.monotonic()
+        started = time.monotonic()  # a timeout counts from here: the wait in the queue is apart
         deadline = started + request.timeout if request.timeout else None
-        record = JobRecord(self.pool, job_id, request)
         events: Events = queue.Queue()
         self._events[job_id] = events
         logs = JobLogs(job_id)
@@ -141,9 +197,6 @@ class JobAgent:
             record.started(int(self.pool.spec.count))
         except KeyboardInterrupt:  # while waiting for workers, before any rank started
             attempt = AttemptResult(AttemptState.INTERRUPTED, failure=f"job {job_id} was interrupted before it started")
-        except BaseException as e:
-            record.crashed(e)
-            raise
         finally:
             self._events.pop(job_id, None)
             logs.close()
@@ -304,6 +357,13 @@ def end_jobs_before_stop(manager: Any, pool: Pool, reason: str) -> None:
             pool.name,
             STOP_JOB_WAIT_S,
         )
+
+
+def cancel_job(job_id: str, reason: str) -> bool:
+    """Stop job ``job_id`` wherever it runs or waits in this process; whether it was found."""
+    with _agents_lock:
+        agents = list(_agents.values())
+    return any(agent.cancel(job_id, reason) for agent in agents)
 
 
 def agent_for(pool: Pool) -> JobAgent:

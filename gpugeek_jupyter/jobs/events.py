@@ -21,6 +21,8 @@ event              emitted by                                      when
                    agent (the scheduler's ``remove-worker`` event)  the layout (it died or was ended)
 ``PoolStopping``   :meth:`.agent.JobAgent.end_job_before_stop`     the pool is about to stop (budget,
                    (the pool's before-stop hook)                   idle timeout, a stop from elsewhere)
+``CancelRequested`` :meth:`.agent.JobAgent.cancel` (another         a detached job is cancelled (its
+                   thread: the agent's client)                     handle's ``cancel()``)
 =================  ==============================================  ===================================
 
 The rank-side events carry the ``launch`` they belong to, so that a late word from an earlier
@@ -87,7 +89,14 @@ class PoolStopping:
     reason: str
 
 
-JobEvent = RankAnswered | RankOutput | RankProgress | RankEnded | WorkerRemoved | PoolStopping
+@dataclass(frozen=True)
+class CancelRequested:
+    """Someone asked the job to stop, for ``reason``: it ends ``cancelled`` as when interrupted."""
+
+    reason: str
+
+
+JobEvent = RankAnswered | RankOutput | RankProgress | RankEnded | WorkerRemoved | PoolStopping | CancelRequested
 Events = queue.Queue[JobEvent]
 
 

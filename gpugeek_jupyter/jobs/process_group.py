@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 import secrets
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobFailedError
+from ..errors import JobFailedError, NotFoundError
+from ..store import JobRecord as JobRow
+from ..store import process_is_alive
 from . import rank as rank_side
 from .layout import Layout, cuda_visible_devices
 from .roster import WorkerRoster
@@ -29,6 +32,8 @@ log = logging.getLogger(__name__)
 
 PREPARE_TIMEOUT_S = 60.0  # how long the workers may take to drop old groups and open the store
 PREPARE_TRIES = 3  # busy or vanished workers are restarted and the generation tried again this often
+LEFTOVER_GRACE_S = 10.0  # an ended job's ranks still running are ended after this (its process stops them first)
+LEFTOVER_POLL_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -67,22 +72,82 @@ class ProcessGroupBuilder:
         self._shipped = False
 
     def build(self, layout: Layout) -> ProcessGroup:
-        """A new generation over ``layout`` (or over the healed layout, when workers were stuck)."""
-        for _ in range(PREPARE_TRIES):
+        """A new generation over ``layout`` (or over the healed layout, when workers were stuck).
+
+        The job building it holds the pool's turn (:mod:`.pool_queue`), so a worker still busy runs
+        what an ended job left: that job's own process is stopping it (given
+        ``LEFTOVER_GRACE_S``), or is gone, and then nobody else will; either way it is ended here
+        and the nanny starts a fresh process. A worker that does not answer is restarted.
+        """
+        grace_until: float | None = None
+        tries = 0
+        while tries < PREPARE_TRIES:
             generation = secrets.token_hex(8)
             facts = self._prepare(layout, generation)
             errors = {a: f for a, f in facts.items() if isinstance(f, Exception) and not is_comm_error(f)}
             if errors:
                 address, error = next(iter(errors.items()))
                 raise JobFailedError(f"pool '{self.pool.name}': worker {address} cannot run jobs: {error}")
-            bad = [a for a in layout.addresses if not isinstance(facts.get(a), dict) or facts[a].get("busy")]
-            if not bad:
+            silent = [a for a in layout.addresses if not isinstance(facts.get(a), dict)]
+            busy = {a: facts[a].get("busy_job") for a in layout.addresses if a not in silent and facts[a].get("busy")}
+            if not silent and not busy:
                 return self._group(layout, generation, facts)
-            log.warning("pool %s: workers %s are stuck or gone; restarting them", self.pool.name, bad)
+            if busy and not silent:
+                if grace_until is None:
+                    grace_until = time.monotonic() + LEFTOVER_GRACE_S
+                if self._leftovers_may_stop(set(busy.values())) and time.monotonic() < grace_until:
+                    time.sleep(LEFTOVER_POLL_S)
+                    continue
+            if silent:
+                log.warning("pool %s: workers %s do not answer; restarting them", self.pool.name, silent)
+            if busy:
+                log.warning(
+                    "pool %s: workers %s still run %s, which %s; ending them",
+                    self.pool.name,
+                    sorted(busy),
+                    ", ".join(sorted({str(j) for j in busy.values()})),
+                    self._describe_leftovers(set(busy.values())),
+                )
+            bad = sorted(set(silent) | set(busy))
+            tries += 1
             self.transport.fire(rank_side.kill_rank, bad, None)
             self.roster.mark_dead(set(bad))
             layout, _ = self.roster.ready_layout()
         raise JobFailedError(f"pool '{self.pool.name}': workers {bad} did not become ready for a job")
+
+    def _leftovers_may_stop(self, job_ids: set[str | None]) -> bool:
+        """Whether a process of this host that can stop these jobs' ranks still runs (so waiting helps)."""
+        for job_id in job_ids:
+            job = self._job_row(job_id)
+            if (
+                job is not None
+                and job.submitter_pid is not None
+                and process_is_alive(job.submitter_pid, job.submitter_started_at or 0.0)
+            ):
+                return True
+        return False
+
+    def _describe_leftovers(self, job_ids: set[str | None]) -> str:
+        reasons = []
+        for job_id in sorted(str(j) for j in job_ids):
+            job = self._job_row(job_id)
+            if job is None:
+                reasons.append("this registry does not know")
+            elif job.submitter_pid is not None and not process_is_alive(
+                job.submitter_pid, job.submitter_started_at or 0.0
+            ):
+                reasons.append(f"was submitted by {job.submitter}, which is gone")
+            else:
+                reasons.append(f"has ended ({job.status.value}) and did not stop in {LEFTOVER_GRACE_S:.0f} s")
+        return "; ".join(dict.fromkeys(reasons))
+
+    def _job_row(self, job_id: str | None) -> JobRow | None:
+        if job_id is None:
+            return None
+        try:
+            return self.pool.registry.job(job_id)
+        except NotFoundError:
+            return None
 
     def _prepare(self, layout: Layout, generation: str) -> dict[str, Any]:
         slots = {slot.address: slot for slot in layout.slots}

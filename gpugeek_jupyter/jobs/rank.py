@@ -120,11 +120,12 @@ def prepare_generation(generation: str, slots: dict[str, RankSlot], dask_worker:
     """Forget the old process group and take this worker's slot; rank 0's worker also starts a fresh
     rendezvous store (torchrun's agent store) on a port its OS picks.
 
-    Returns this worker's facts: pid, whether a previous job still runs (``busy``), its GPU, and on
-    the master the store's port (MASTER_PORT).
+    Returns this worker's facts: pid, whether a previous job still runs (``busy``, and which:
+    ``busy_job``), its GPU, and on the master the store's port (MASTER_PORT).
     """
     facts: dict[str, Any] = {"pid": os.getpid(), "busy": _runtime.busy(), "port": None, "own_gpu": _own_gpu()}
     if facts["busy"]:
+        facts["busy_job"] = _runtime.active.job_id if _runtime.active is not None else None
         return facts
     _runtime.namespace = None  # freed while the old group still exists, as a cell's names were
     _drop_group()

@@ -1,7 +1,7 @@
 """The one writer of a job's row in the registry while its pool is live.
 
-A row is created when the job's ranks start (or when the pool could not give it workers) and ended
-once, with the job's final status. A stop of the pool reaches the job through the pool's before-stop
+A row is created when the job joins its pool's queue (:mod:`.pool_queue`): ``running`` at once when
+nobody is ahead, else ``queued`` until its turn; it is ended once, with the job's final status. A stop of the pool reaches the job through the pool's before-stop
 event, so the job ends ``cancelled`` with the stop's reason before its workers go; the store closes
 what is still open when a pool ends (``cancelled`` for a stop, ``failed`` for a failed or lost pool).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..store import JobStatus
+from ..store import JobStatus, QueuePlace, Submitter
 from .request import JobRequest
 from .result import JobResult
 
@@ -28,21 +28,50 @@ class JobRecord:
         self.request = request
         self.kept = kept  # False: the agent's own work (warming the group up), not a user's job
         self.written = False
+        self.world_size = 0  # as the row says
 
-    def started(self, world_size: int) -> None:
-        """The ranks were launched (idempotent: a restart keeps the row)."""
-        if self.written or not self.kept:
-            return
-        self.registry.add_job(
+    # -- the queue (kept records only: the agent's own work runs within a job's turn) ------------
+    def queue(self, submitter: Submitter) -> QueuePlace:
+        """Join the pool's queue (``running`` at once when nobody is ahead)."""
+        self.world_size = self.request.world_size(int(self.pool.spec.count))
+        place = self.registry.queue_job(
             self.job_id,
             self.pool.id,
             self.pool.name,
             self.request.kind,
             self.request.sha256,
-            world_size,
+            self.world_size,
+            submitter,
             self.request.hyperparams,
         )
         self.written = True
+        return place
+
+    def take_turn(self) -> QueuePlace:
+        return self.registry.take_turn(self.job_id, self.pool.id)
+
+    def leave_queue(self, reason: str) -> None:
+        self.registry.leave_queue(self.job_id, reason)
+
+    def withdraw(self) -> None:
+        """Refused at once (it asked not to wait): no row is left."""
+        self.registry.withdraw_job(self.job_id)
+        self.written = False
+
+    def end_orphans(self, job_ids: list[str], reason: str) -> None:
+        """End the rows of jobs ahead whose submitter is gone."""
+        self.registry.end_orphaned_jobs(job_ids, reason)
+
+    def failure_reason(self) -> str | None:
+        return self.registry.job(self.job_id).failure_reason
+
+    # -- the run ----------------------------------------------------------------------------------
+    def started(self, world_size: int) -> None:
+        """The ranks were launched (idempotent: a restart keeps the row); the world size is written
+        again only when it is not the one the job was queued with (an elastic pool)."""
+        if self.written and world_size != self.world_size:
+            self.registry.set_job_ranks(self.job_id, world_size)
+            self.world_size = world_size
 
     def finished(self, result: JobResult) -> None:
         """The job's final status, restarts, per-rank exits and why it failed."""

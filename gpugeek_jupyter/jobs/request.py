@@ -30,12 +30,17 @@ class JobRequest:
     env: dict[str, str] = field(default_factory=dict)  # the job's own variables (checked by job_env)
     ranks: tuple[int, ...] | None = None  # run on these ranks only (cells); None: every rank
     min_ranks: int | None = None  # elastic: restart on as few as this many workers when some are lost
+    wait: bool = True  # a busy pool: wait in its queue (False: refused at once, naming the job holding it)
+    job_id: str = field(default_factory=new_job_id)
+    submitted_by: str | None = None  # who people know submitted it, when another process runs it (detached)
 
     @property
     def kind(self) -> str:
         return "script" if isinstance(self.code, ScriptCode) else "cell"
 
     def validate(self) -> None:
+        if not isinstance(self.wait, bool):
+            raise SpecError(field="wait", value=self.wait, rule="True or False", example=False)
         if self.timeout is not None and not self.timeout > 0:
             raise SpecError(field="timeout", value=self.timeout, rule="a number of seconds > 0", example=600)
         if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
@@ -64,6 +69,10 @@ class JobRequest:
             raise SpecError(
                 field="ranks", value=",".join(map(str, self.ranks)), rule="for cells only (a script runs on every rank)"
             )
+
+    def world_size(self, pool_size: int) -> int:
+        """How many ranks it runs on, in a pool of ``pool_size`` workers."""
+        return len(self.ranks) if self.ranks is not None else pool_size
 
     def check_ranks(self, world_size: int) -> None:
         """The chosen ranks exist in a pool of ``world_size`` ranks."""

@@ -60,6 +60,8 @@ class JobResult:
     output: list[str] = field(default_factory=list)  # everything each rank wrote, by rank
     where: str | None = None  # where the ranks were when the job timed out or was stuck, grouped
     sizes: list[int] = field(default_factory=list)  # the world size, each time it changed (min_ranks)
+    waited_s: float = 0.0  # how long it waited in its pool's queue first (not part of duration_s)
+    values_dropped: str | None = None  # why ``values`` is empty: too large to keep (detached jobs)
 
     @property
     def ok(self) -> bool:

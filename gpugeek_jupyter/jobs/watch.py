@@ -16,6 +16,7 @@ from typing import Any
 from . import rank as rank_side
 from .escalation import Deadline, EndWorkers, RankCondition, StopEscalation
 from .events import (
+    CancelRequested,
     Events,
     JobEvent,
     PoolStopping,
@@ -157,6 +158,8 @@ class AttemptWatch:
                 self._answered(address, answer)
             case PoolStopping(reason=reason):
                 self.pool_stopping(reason)
+            case CancelRequested(reason=reason):
+                self.cancel_requested(reason)
             case WorkerRemoved(address=address) if address in self.pending and address not in self.killed:
                 self.gone.add(address)  # its answer (an error) follows; the others stop now
                 self._stop(StopCause.FAILED, None)
@@ -167,6 +170,12 @@ class AttemptWatch:
             return
         self.stopping, self.stop_message = StopCause.INTERRUPTED, "interrupted from the notebook"
         self._cancel()
+
+    def cancel_requested(self, reason: str) -> None:
+        """Stop the job as an interrupt does, saying who asked (a detached job's cancel)."""
+        if self.stopping is not StopCause.INTERRUPTED:
+            self.stopping, self.stop_message = StopCause.INTERRUPTED, reason
+            self._cancel()
 
     def pool_stopping(self, reason: str) -> None:
         """The pool is about to stop (budget, idle timeout, a stop from elsewhere): end the job first."""

@@ -116,6 +116,11 @@ class PoolMagics(Magics):
         help="print what would be created (kubernetes manifests, the Slurm job script) and stop",
     )
     @argument("--quiet", action="store_true", help="no pool card")
+    @argument(
+        "--keep",
+        action="store_true",
+        help="the user's agent owns the pool: it outlives this kernel and takes detached jobs (--detach)",
+    )
     @line_magic
     def gpugeek_launch(self, line: str) -> Any:
         """Example::
@@ -136,6 +141,11 @@ class PoolMagics(Magics):
             In [5]: %gpugeek_launch --backend kubernetes --namespace team-risk --gpu-type A100-80GB --count 8 --dry-run
             In [6]: %gpugeek_launch --backend slurm --partition gpu --account proj42 --walltime 04:00:00 --gpu-type A100-80GB --count 8
             In [7]: %gpugeek_launch --backend slurm --gpu-type H100-80GB --count 4 --prologue "module load cuda/12.4" --dry-run
+            In [8]: %gpugeek_launch --gpu-type cpu --count 2 --name train --keep    # outlives this kernel
+
+        ``--keep`` gives the pool to the user's agent (started on demand, a process of its own): the
+        pool survives this kernel, the browser and the Jupyter server, and runs detached jobs
+        (``%%gpugeek_run --detach``); it ends with ``%gpugeek_stop``, its idle timeout, budget or walltime.
         """
         args = parse_options(self.gpugeek_launch, line, "--gpu-type cpu --count 2 --name dev")
         with usage_errors():
@@ -164,7 +174,7 @@ class PoolMagics(Magics):
             )
             if args.dry_run:
                 return self._dry_run(spec)
-            return self._launch(spec, quiet=args.quiet)
+            return self._launch(spec, quiet=args.quiet, keep=args.keep)
 
     def _dry_run(self, spec: PoolSpec) -> None:
         if spec.backend == "slurm":
@@ -183,7 +193,7 @@ class PoolMagics(Magics):
         print(render_manifests(spec))
         return None
 
-    def _launch(self, spec: PoolSpec, quiet: bool) -> Any:
+    def _launch(self, spec: PoolSpec, quiet: bool, keep: bool = False) -> Any:
         from ..pricing import hourly_rate, prices_in_force
 
         manager = get_pool_manager()
@@ -195,7 +205,12 @@ class PoolMagics(Magics):
             card = PoolCard(spec, usd_per_hour=hourly_rate(spec, prices_in_force(spec)))
             display(card)
         try:
-            pool = manager.launch(spec, on_progress=card.set_progress if card else None)
+            if keep:
+                from ..detached import launch_kept
+
+                pool = launch_kept(spec)  # by the agent: no progress reaches this kernel before it is up
+            else:
+                pool = manager.launch(spec, on_progress=card.set_progress if card else None)
         except BaseException as e:
             if card is not None:
                 card.set_status("failed", magic_message(e).splitlines()[0] if str(e) else type(e).__name__)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import keyword
 import sys
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
@@ -15,12 +16,16 @@ from ..client import DEFAULT_JOBS_LIMIT
 from ..errors import Phrase, SpecError
 from ._common import chosen_pool, parse_options, pool_arguments, usage_errors
 
+if TYPE_CHECKING:
+    from ..jobs.pool_queue import QueueWait
+
 _RUN_EXAMPLE = "--pool dev --timeout 600 -o losses"
 _SCRIPT_EXAMPLE = "%gpugeek_run --script-path train.py -- --lr 3e-5"
 
 
-def job_table(records: list[Any]) -> Any:
-    """A pandas DataFrame with one row per job record, newest first."""
+def job_table(records: list[Any], positions: dict[str, int] | None = None) -> Any:
+    """A pandas DataFrame with one row per job record, newest first; a queued job's status says its
+    place in its pool's queue (``queued #1``: next to run, from ``positions``)."""
     import datetime as dt
 
     import pandas as pd
@@ -34,6 +39,7 @@ def job_table(records: list[Any]) -> Any:
         "restarts",
         "started",
         "duration_s",
+        "waited_s",
         "exit codes",
         "sizes",
         "failure",
@@ -44,11 +50,12 @@ def job_table(records: list[Any]) -> Any:
             "id": r.id,
             "pool": r.pool_name,
             "kind": r.kind,
-            "status": r.status.value,
+            "status": f"queued #{positions[r.id]}" if positions and r.id in positions else r.status.value,
             "ranks": r.ranks,
             "restarts": r.restarts,
             "started": dt.datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S"),
             "duration_s": round(r.ended_at - r.started_at, 3) if r.ended_at else None,
+            "waited_s": round(r.waited_s, 1),
             "exit codes": r.rank_exits,
             "sizes": (r.summary or {}).get("sizes") or [r.ranks],
             "failure": r.failure_reason or "",
@@ -115,6 +122,16 @@ class JobMagics(Magics):
     )
     @argument("--rank0", action="store_true", help="give back rank 0's value only")
     @argument("--no-stream", action="store_true", help="show the ranks' output when the job ends, not live")
+    @argument(
+        "--detach",
+        action="store_true",
+        help="start the job on a kept pool and return at once; follow it with %%gpugeek_attach JOB",
+    )
+    @argument(
+        "--no-wait",
+        action="store_true",
+        help="fail at once, naming the job that holds the pool, instead of waiting in the pool's queue",
+    )
     @argument("--monitor", action="store_true", help="show the live utilization panel of the pool under the cell")
     @argument(
         "--env",
@@ -153,6 +170,12 @@ class JobMagics(Magics):
             In [5]: %%gpugeek_run --env NCCL_DEBUG=INFO --env WANDB_MODE=offline
                ...: print(os.environ["WANDB_MODE"])
             [rank 0] offline
+
+        A pool runs one job at a time, whichever notebook sends it: on a busy pool the cell waits
+        its turn, and says so in one line updated in place (``pool 'dev' is busy: job-... is
+        waiting for job-1a2b3c4d (notebook train.ipynb, running 12 s); next in line``); an
+        interrupt takes it out of the queue. ``--no-wait`` fails at once instead, naming the job
+        that holds the pool. ``--timeout`` counts from the start of the run, not of the wait.
             [rank 1] offline
 
         The cell sees ``rank``, ``world_size``, ``device``, ``dist`` (torch.distributed) and ``gg``
@@ -205,6 +228,8 @@ class JobMagics(Magics):
                 from ..widgets.monitor import show_monitor
 
                 show_monitor(pool)  # keeps updating from its own thread while the job runs
+            if args.detach:
+                return self._detach(args, pool, cell, script_args, timeout, max_restarts, min_ranks, ranks)
             options = {
                 "env": _job_env(args.env),
                 "timeout": timeout,
@@ -214,6 +239,8 @@ class JobMagics(Magics):
                 "on_output": writer,
                 "on_progress": progress,
                 "on_notice": _notice,
+                "wait": not args.no_wait,
+                "on_wait": _WaitDisplay(),
             }
             try:
                 if args.script_path is not None:
@@ -243,6 +270,105 @@ class JobMagics(Magics):
             return None  # like a cell ending in a call that returns None: nothing to show
         return value
 
+    def _detach(
+        self,
+        args: Any,
+        pool: Any,
+        cell: str | None,
+        script_args: list[str],
+        timeout: float | None,
+        max_restarts: int,
+        min_ranks: int | None,
+        ranks: tuple[int, ...] | None,
+    ) -> None:
+        from ..detached import submit_request
+        from ..jobs import cell_request, script_request
+
+        if args.out is not None:
+            raise UsageError(
+                f"--detach returns before the job's values exist, so -o {args.out} has nothing to store; "
+                "take them later with gpugeek_jupyter.job('JOB').result().values (e.g. %%gpugeek_run --detach)"
+            )
+        shell = self.shell
+        assert shell is not None
+        common: dict[str, Any] = {
+            "timeout": timeout,
+            "max_restarts": max_restarts,
+            "min_ranks": min_ranks,
+            "env": _job_env(args.env),
+        }
+        if args.script_path is not None:
+            request = script_request(args.script_path, script_args, **common)
+        else:
+            assert cell is not None
+            request = cell_request(
+                cell,
+                shell.user_ns,
+                hidden=set(shell.user_ns_hidden),
+                amp=args.amp,
+                rank0=args.rank0,
+                ranks=ranks,
+                **common,
+            )
+        handle = submit_request(pool, request)
+        print(
+            f"[gpugeek] {handle.id} runs on pool '{pool.name}', detached: follow it with "
+            f"%gpugeek_attach {handle.id}; its values: gpugeek_jupyter.job('{handle.id}').result().values"
+        )
+        return None
+
+    @magic_arguments()
+    @argument("job", nargs="?", default=None, help="the job's id, as %%gpugeek_jobs lists it")
+    @argument("--output", default=None, help="grouped (default past 2 ranks), all, or rank0, as for %%gpugeek_run")
+    @line_magic
+    def gpugeek_attach(self, line: str) -> None:
+        """Example::
+
+            In [1]: %gpugeek_attach job-1a2b3c4d
+            [ranks 0-1] epoch 3: loss 0.41
+            ...
+            [gpugeek] job-1a2b3c4d succeeded
+
+        Show a job's output so far, as its cell would have (grouped lines, progress bars at their
+        state), then follow it live until it ends; from any kernel of the user, also after the
+        kernel that submitted it died. Interrupting detaches: the job goes on.
+        """
+        from ..detached import job
+        from ..jobs.output import output_writer
+        from ..widgets.progress import progress_display
+
+        args = parse_options(self.gpugeek_attach, line, "job-1a2b3c4d")
+        if args.job is None:
+            raise UsageError("name the job to attach to (e.g. %gpugeek_attach job-1a2b3c4d; see %gpugeek_jobs)")
+        with usage_errors():
+            handle = job(args.job)
+            record = handle.record()
+            mode = _output_mode(args.output, None, record.ranks)
+        writer = output_writer(mode, record.ranks)
+        progress = progress_display(mode, record.ranks)
+        ended: dict[str, Any] | None = None
+        try:
+            for event in handle.events():
+                kind = event["kind"]
+                if kind == "out":
+                    writer(event["rank"], event["stream"], event["text"])
+                elif kind == "progress":
+                    progress(event["rank"], event["state"])
+                elif kind == "notice":
+                    _notice(event["text"])
+                elif kind == "end":
+                    ended = event
+        except KeyboardInterrupt:
+            writer.close()
+            print(f"[gpugeek] detached from {handle.id}: it goes on (attach again with %gpugeek_attach {handle.id})")
+            return None
+        writer.close()
+        final = handle.record()
+        status = ended["status"] if ended else final.status.value
+        failure = ended["failure"] if ended else final.failure_reason
+        print(f"[gpugeek] {handle.id} {status}" + (f": {failure}" if failure else ""))
+        return None
+
     @magic_arguments()
     @pool_arguments("whose jobs to list (default: every pool's)")
     @argument("--limit", default=str(DEFAULT_JOBS_LIMIT), help="how many, newest first")
@@ -269,7 +395,8 @@ class JobMagics(Magics):
                 raise SpecError(field="limit", value=args.limit, rule="a whole number >= 1", example=20)
             registry = get_registry()
             pool_id = registry.latest_pool(pool).id if pool else None
-            return job_table(registry.list_jobs(pool_id=pool_id, limit=limit))
+            jobs = registry.list_jobs(pool_id=pool_id, limit=limit)
+            return job_table(jobs, registry.queue_positions([j.pool_id for j in jobs if j.status.value == "queued"]))
 
     @magic_arguments()
     @argument("job", nargs="?", default=None, help="the job's id, as %%gpugeek_jobs lists it")
@@ -329,7 +456,7 @@ class JobMagics(Magics):
         return manager.current
 
 
-def _output_mode(mode: str | None, pool: Any) -> str:
+def _output_mode(mode: str | None, pool: Any, world_size: int | None = None) -> str:
     """``--output``'s mode; a variable name there (its meaning before ``-o``/``--out``) is named."""
     from ..jobs.output import OUTPUT_MODES, resolve_output_mode
 
@@ -338,7 +465,7 @@ def _output_mode(mode: str | None, pool: Any) -> str:
             f"--output takes grouped, all or rank0, got {mode!r} (e.g. --output grouped); "
             f"to keep the cell's value in a variable use -o {mode}"
         )
-    return resolve_output_mode(mode, _world_size(pool))
+    return resolve_output_mode(mode, world_size if world_size is not None else _world_size(pool))
 
 
 def _world_size(pool: Any) -> int:
@@ -367,6 +494,32 @@ def _ends_with_expression(cell: str) -> bool:
     except SyntaxError:
         return False
     return bool(body) and isinstance(body[-1], ast.Expr)
+
+
+class _WaitDisplay:
+    """The pool's queue in the cell: one line while the job waits, updated in place."""
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+        self.last = ""
+        self.since = 0.0
+
+    def __call__(self, wait: QueueWait | None) -> None:
+        from IPython.display import Pretty, display
+
+        if wait is None:
+            if self.handle is not None:
+                self.handle.update(
+                    Pretty(f"[gpugeek] {self.last}: running after {time.monotonic() - self.since:.0f} s")
+                )
+            return
+        self.last = f"pool '{wait.pool}' was busy"
+        text = Pretty(f"[gpugeek] {wait.describe()} (waited {wait.waited_s:.0f} s)")
+        if self.handle is None:
+            self.since = time.monotonic() - wait.waited_s
+            self.handle = display(text, display_id=True)
+        else:
+            self.handle.update(text)
 
 
 def _notice(message: str) -> None:

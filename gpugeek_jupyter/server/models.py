@@ -22,7 +22,7 @@ from ..cost import ledger
 from ..dashboards import is_server_route, proxy_available, proxy_path
 from ..errors import NotFoundError
 from ..spec import PoolSpec
-from ..store import JobRecord, PoolRecord, Registry, WorkerInterval
+from ..store import JobRecord, JobStatus, PoolRecord, Registry, WorkerInterval
 
 TELEMETRY_UNAVAILABLE = "telemetry not available"
 UTIL_HISTORY = 60  # utilization points in a pool model (one per owner heartbeat)
@@ -142,9 +142,13 @@ def dashboard_fields(record: PoolRecord) -> dict[str, str | None]:
     return {"dashboard_link": link, "dashboard_path": path}
 
 
-def make_job_model(record: JobRecord, usd: float | None, now: float) -> dict[str, Any]:
-    """One job as the panel shows it (``IJobModel``)."""
+def make_job_model(record: JobRecord, usd: float | None, now: float, position: int | None = None) -> dict[str, Any]:
+    """One job as the panel shows it (``IJobModel``); ``position``: its place in its pool's queue
+    while it is queued (1: next to run)."""
     end = record.ended_at if record.ended_at is not None else now
+    if record.status is JobStatus.QUEUED:
+        end = record.started_at  # it has not run yet
+    waited = (now if record.status is JobStatus.QUEUED else record.started_at) - (record.queued_at or record.started_at)
     return {
         "id": record.id,
         "pool": record.pool_name,
@@ -157,4 +161,8 @@ def make_job_model(record: JobRecord, usd: float | None, now: float) -> dict[str
         "failure_reason": record.failure_reason,
         "code_sha256": record.code_sha256 or None,
         "hyperparams": record.hyperparams,
+        "queued_at": iso_time(record.queued_at),
+        "waited_s": round(max(0.0, waited), 3),
+        "position": position if record.status is JobStatus.QUEUED else None,
+        "submitter": record.submitter,
     }

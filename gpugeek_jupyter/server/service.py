@@ -38,6 +38,7 @@ from ..spec import SLURM_OPTIONS, PoolSpec
 from ..store import (
     RECENT_WINDOW_SECONDS,
     JobRecord,
+    JobStatus,
     PoolRecord,
     Registry,
     WorkerInterval,
@@ -289,10 +290,13 @@ class GpugeekService:
         """The newest ``limit`` jobs, of pool ``pool`` or of every pool."""
         pool_id = self.registry.latest_pool(pool).id if pool else None
         jobs = self.registry.list_jobs(pool_id=pool_id, limit=limit)
-        return {"jobs": [self._job_model(job) for job in jobs]}
+        positions = self.registry.queue_positions([j.pool_id for j in jobs if j.status is JobStatus.QUEUED])
+        return {"jobs": [self._job_model(job, positions) for job in jobs]}
 
     def job(self, job_id: str) -> dict[str, Any]:
-        return {"job": self._job_model(self.registry.job(job_id))}
+        job = self.registry.job(job_id)
+        positions = self.registry.queue_positions([job.pool_id]) if job.status is JobStatus.QUEUED else {}
+        return {"job": self._job_model(job, positions)}
 
     def job_output(self, job_id: str, lines: int = DEFAULT_OUTPUT_LINES) -> dict[str, Any]:
         """Each rank's state and the last ``lines`` lines of the ranks' output, lines alike across
@@ -324,9 +328,10 @@ class GpugeekService:
             "tail": tail,
         }
 
-    def _job_model(self, job: JobRecord) -> dict[str, Any]:
+    def _job_model(self, job: JobRecord, positions: dict[str, int]) -> dict[str, Any]:
         now = self.clock()
-        return make_job_model(job, job_usd(self.registry, job, now, self.config.lost_after_seconds), now)
+        usd = job_usd(self.registry, job, now, self.config.lost_after_seconds)
+        return make_job_model(job, usd, now, positions.get(job.id))
 
     # -- catalog ---------------------------------------------------------------------------------
     def catalog(self) -> dict[str, Any]:

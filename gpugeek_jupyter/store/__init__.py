@@ -41,6 +41,8 @@ from ._records import (
     JobStatus,
     PoolRecord,
     PoolStatus,
+    QueuePlace,
+    Submitter,
     UtilizationSample,
     WorkerInterval,
 )
@@ -62,7 +64,9 @@ __all__ = [
     "Migration",
     "PoolRecord",
     "PoolStatus",
+    "QueuePlace",
     "Registry",
+    "Submitter",
     "UtilizationSample",
     "WorkerInterval",
     "check_private_directory",

@@ -7,7 +7,19 @@ from typing import Any
 
 from ..errors import NotFoundError, PerSurface, Phrase, Value
 from ._connection import Database
-from ._records import JobRecord, JobStatus, job_record
+from ._records import OPEN_JOB_SQL, JobRecord, JobStatus, QueuePlace, Submitter, job_record
+
+# a pool's open jobs ahead of one of its jobs, in arrival order; rows of releases before the queue
+# (no submitter) wait for nobody
+_AHEAD = (
+    f"SELECT * FROM jobs WHERE pool_id = :pool AND status IN {OPEN_JOB_SQL} AND submitter_pid IS NOT NULL"
+    " AND rowid < (SELECT rowid FROM jobs WHERE id = :id) ORDER BY rowid"
+)
+# the pool's newest job before one of its jobs that ran ranks (one that left the queue did not)
+_PREVIOUS = (
+    f"SELECT id FROM jobs WHERE pool_id = :pool AND status NOT IN {OPEN_JOB_SQL} AND rank_exits_json IS NOT NULL"
+    " AND rowid < (SELECT rowid FROM jobs WHERE id = :id) ORDER BY rowid DESC LIMIT 1"
+)
 
 
 class JobQueries(Database):
@@ -41,6 +53,125 @@ class JobQueries(Database):
                 ),
             )
         return self.job(job_id)
+
+    def queue_job(
+        self,
+        job_id: str,
+        pool_id: int,
+        pool_name: str,
+        kind: str,
+        code_sha256: str,
+        ranks: int,
+        submitter: Submitter,
+        hyperparams: dict[str, Any] | None = None,
+    ) -> QueuePlace:
+        """Put a job at the end of its pool's queue; its place there.
+
+        One transaction: a job with nobody ahead is written ``running`` at once (the common case
+        costs one write), else ``queued``; :meth:`take_turn` then moves it on when its turn comes.
+        """
+        now = self.clock()
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO jobs (id, pool_id, pool_name, kind, code_sha256, hyperparams_json, ranks, status,"
+                " started_at, queued_at, submitter, submitter_pid, submitter_host, submitter_started_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    job_id,
+                    pool_id,
+                    pool_name,
+                    kind,
+                    code_sha256,
+                    json.dumps(hyperparams or {}, default=str),
+                    ranks,
+                    JobStatus.QUEUED.value,
+                    now,
+                    now,
+                    submitter.label,
+                    submitter.pid,
+                    submitter.host,
+                    submitter.started_at,
+                ),
+            )
+            return self._take_turn(db, job_id, pool_id, now)
+
+    def take_turn(self, job_id: str, pool_id: int) -> QueuePlace:
+        """The place of job ``job_id`` in its pool's queue; with nobody ahead, a queued job is
+        ``running`` from now on."""
+        with self._write() as db:
+            return self._take_turn(db, job_id, pool_id, self.clock())
+
+    def _take_turn(self, db: Any, job_id: str, pool_id: int, now: float) -> QueuePlace:
+        own = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        status = JobStatus(own["status"]) if own else JobStatus.CANCELLED
+        if status is not JobStatus.QUEUED:
+            return QueuePlace(status, [], None)
+        ahead = [job_record(r) for r in db.execute(_AHEAD, {"pool": pool_id, "id": job_id})]
+        previous = None
+        if not ahead:
+            db.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE id = ?", (now, job_id))
+            status = JobStatus.RUNNING
+            row = db.execute(_PREVIOUS, {"pool": pool_id, "id": job_id}).fetchone()
+            previous = row["id"] if row else None
+        return QueuePlace(status, ahead, previous)
+
+    def leave_queue(self, job_id: str, reason: str) -> bool:
+        """A queued job leaves its pool's queue without running: ``cancelled`` with ``reason``, its run
+        (and its cost) empty. False when it was no longer queued."""
+        now = self.clock()
+        with self._write() as db:
+            gone = db.execute(
+                "UPDATE jobs SET status = 'cancelled', started_at = ?, ended_at = ?, failure_reason = ?"
+                " WHERE id = ? AND status = 'queued'",
+                (now, now, reason, job_id),
+            )
+            return bool(gone.rowcount)
+
+    def withdraw_job(self, job_id: str) -> None:
+        """Forget a queued job that was refused at once (it asked not to wait): it never was."""
+        with self._write() as db:
+            db.execute("DELETE FROM jobs WHERE id = ? AND status = 'queued'", (job_id,))
+
+    def end_orphaned_jobs(self, job_ids: list[str], reason: str) -> None:
+        """Open jobs whose submitter is gone: a running one failed, a queued one cancelled, with ``reason``."""
+        now = self.clock()
+        with self._write() as db:
+            db.execute(
+                "UPDATE jobs SET ended_at = :now, failure_reason = COALESCE(failure_reason, :reason),"
+                " started_at = CASE WHEN status = 'queued' THEN :now ELSE started_at END,"
+                " status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE 'failed' END"
+                f" WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN {OPEN_JOB_SQL}",
+                {"now": now, "reason": reason, "ids": json.dumps(job_ids)},
+            )
+
+    def set_job_ranks(self, job_id: str, ranks: int) -> None:
+        """The job runs on ``ranks`` ranks (its pool's size was not yet known when it was queued)."""
+        with self._write() as db:
+            db.execute("UPDATE jobs SET ranks = ? WHERE id = ?", (ranks, job_id))
+
+    def open_jobs(self, pool_id: int) -> list[JobRecord]:
+        """The pool's queue: its running and queued jobs, in arrival order."""
+        rows = self._read(
+            f"SELECT * FROM jobs WHERE pool_id = ? AND status IN {OPEN_JOB_SQL} AND submitter_pid IS NOT NULL"
+            " ORDER BY rowid",
+            (pool_id,),
+        )
+        return [job_record(r) for r in rows]
+
+    def queue_positions(self, pool_ids: list[int]) -> dict[str, int]:
+        """Each queued job of these pools -> its place in its pool's queue (1: next to run)."""
+        rows = self._read(
+            "SELECT id, status, pool_id FROM jobs WHERE pool_id IN (SELECT value FROM json_each(?))"
+            f" AND status IN {OPEN_JOB_SQL} AND submitter_pid IS NOT NULL ORDER BY pool_id, rowid",
+            (json.dumps(sorted(set(pool_ids))),),
+        )
+        positions: dict[str, int] = {}
+        place: dict[int, int] = {}
+        for row in rows:
+            if row["status"] == JobStatus.QUEUED.value:
+                place[row["pool_id"]] = place.get(row["pool_id"], 0) + 1
+                positions[row["id"]] = place[row["pool_id"]]
+        return positions
 
     def set_job_status(
         self,

@@ -154,10 +154,24 @@ BEGIN
 END""",
 )
 
+# Jobs wait their turn on their pool: a job row is written when it joins the pool's queue
+# (``queued``), in arrival order (the rowid), with the process that submitted it, so any process can
+# tell a live turn from one whose submitter died. ``started_at`` becomes the time it began running.
+_STEP_4 = (
+    "ALTER TABLE jobs ADD COLUMN queued_at REAL",
+    "ALTER TABLE jobs ADD COLUMN submitter TEXT",
+    "ALTER TABLE jobs ADD COLUMN submitter_pid INTEGER",
+    "ALTER TABLE jobs ADD COLUMN submitter_host TEXT",
+    "ALTER TABLE jobs ADD COLUMN submitter_started_at REAL",
+    # the queue of a pool: its open jobs in arrival order
+    "CREATE INDEX IF NOT EXISTS jobs_open ON jobs(pool_id) WHERE status IN ('pending', 'queued', 'running')",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tables of pools, workers, jobs, events, utilization and data volumes", _STEP_1),
     Migration(2, "indexes for the panel's bounded reads and the lost-pool sweeper", _STEP_2),
     Migration(3, "a running total of each pool's bytes sent, kept by a trigger", _STEP_3),
+    Migration(4, "a queue of jobs per pool: arrival time and the submitting process of each job", _STEP_4),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "steps are numbered 1, 2, 3, ..."

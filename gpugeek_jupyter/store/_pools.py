@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import ConflictError, NotFoundError, PerSurface, Phrase, Value
 from ._connection import Database
 from ._processes import process_is_alive, process_started_at
-from ._records import LIVE_SQL, JobStatus, PoolRecord, PoolStatus, pool_record
+from ._records import LIVE_SQL, OPEN_JOB_SQL, JobStatus, PoolRecord, PoolStatus, pool_record
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +121,19 @@ class PoolQueries(Database):
                 )
                 # a job still open when its pool ends: cancelled by a stop, failed with a failed or lost pool
                 ended_job = JobStatus.CANCELLED if status is PoolStatus.STOPPED else JobStatus.FAILED
+                # (a job that was still queued never ran: its run, and its cost, is empty)
                 db.execute(
-                    "UPDATE jobs SET status = ?, ended_at = ?, failure_reason = COALESCE(failure_reason, ?)"
-                    " WHERE pool_id = ? AND status IN ('pending', 'running')",
-                    (ended_job.value, end, reason or f"pool {status.value}", pool_id),
+                    "UPDATE jobs SET status = :status, ended_at = :end,"
+                    " started_at = CASE WHEN status = 'queued' THEN :end ELSE started_at END,"
+                    " failure_reason = COALESCE(failure_reason, CASE WHEN status = 'queued'"
+                    " THEN :reason || ' while it was queued' ELSE :reason END)"
+                    f" WHERE pool_id = :pool AND status IN {OPEN_JOB_SQL}",
+                    {
+                        "status": ended_job.value,
+                        "end": end,
+                        "reason": reason or f"pool {status.value}",
+                        "pool": pool_id,
+                    },
                 )
             if reason:
                 db.execute(
@@ -288,8 +297,10 @@ class PoolQueries(Database):
             )
             db.execute(
                 f"UPDATE jobs SET status = 'failed', ended_at = {last_heartbeat.format(table='jobs')},"
+                f" started_at = CASE WHEN status = 'queued' THEN {last_heartbeat.format(table='jobs')}"
+                " ELSE started_at END,"
                 " failure_reason = COALESCE(failure_reason, 'pool lost')"
-                f" WHERE status IN ('pending', 'running') AND pool_id IN (SELECT id FROM pools WHERE {lost})",
+                f" WHERE status IN {OPEN_JOB_SQL} AND pool_id IN (SELECT id FROM pools WHERE {lost})",
                 params,
             )
             rows = db.execute(

@@ -35,9 +35,12 @@ LIVE_SQL = "(" + ", ".join(f"'{s.value}'" for s in sorted(LIVE_STATUSES)) + ")"
 
 
 class JobStatus(str, enum.Enum):
-    """``pending -> running -> succeeded | failed | cancelled``; a lost owner makes a running job failed."""
+    """``queued -> running -> succeeded | failed | cancelled``; ``queued -> cancelled`` (interrupted
+    while waiting, or its pool stopped); a lost owner makes an open job failed. ``pending`` is kept
+    for rows of older releases."""
 
     PENDING = "pending"
+    QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -46,10 +49,15 @@ class JobStatus(str, enum.Enum):
     @property
     def is_final(self) -> bool:
         """Whether the job has ended (it then has an ``ended_at``)."""
-        return self not in (JobStatus.PENDING, JobStatus.RUNNING)
+        return self not in OPEN_JOB_STATUSES
 
     def __str__(self) -> str:
         return self.value
+
+
+OPEN_JOB_STATUSES = frozenset({JobStatus.PENDING, JobStatus.QUEUED, JobStatus.RUNNING})
+# the same set as an SQL list; a constant, so safe to splice into statements
+OPEN_JOB_SQL = "(" + ", ".join(f"'{s.value}'" for s in sorted(OPEN_JOB_STATUSES)) + ")"
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,17 @@ class DataVolume:
 
 
 @dataclass(frozen=True)
+class Submitter:
+    """The process that submits jobs: how people know it (a notebook, a script), and, to tell whether
+    it still runs, its pid, host and start time (a pid alone can be reused)."""
+
+    label: str
+    pid: int
+    host: str
+    started_at: float
+
+
+@dataclass(frozen=True)
 class JobRecord:
     """One row of ``jobs``, with its JSON columns decoded."""
 
@@ -141,6 +160,25 @@ class JobRecord:
     rank_exits: list[Any] | None
     failure_reason: str | None
     summary: dict[str, Any] = field(default_factory=dict)
+    queued_at: float | None = None  # when it joined its pool's queue (None: rows of older releases)
+    submitter: str | None = None  # who submitted it, as people know it: a notebook, a script, a pid
+    submitter_pid: int | None = None
+    submitter_host: str | None = None
+    submitter_started_at: float | None = None
+
+    @property
+    def waited_s(self) -> float:
+        """How long it waited in its pool's queue before it ran (or until it left the queue)."""
+        return max(0.0, self.started_at - self.queued_at) if self.queued_at is not None else 0.0
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    """A job's place in its pool's queue, as one transaction saw it."""
+
+    status: JobStatus  # the job's own: queued, running (its turn came), or final (it left the queue)
+    ahead: list[JobRecord]  # the open jobs ahead of it, oldest first
+    previous: str | None  # the id of the pool's newest job before it that has ended (None: none)
 
 
 def pool_record(row: sqlite3.Row) -> PoolRecord:
@@ -189,4 +227,9 @@ def job_record(row: sqlite3.Row) -> JobRecord:
         rank_exits=json.loads(row["rank_exits_json"]) if row["rank_exits_json"] else None,
         failure_reason=row["failure_reason"],
         summary=json.loads(row["summary_json"]) if row["summary_json"] else {},
+        queued_at=row["queued_at"],
+        submitter=row["submitter"],
+        submitter_pid=row["submitter_pid"],
+        submitter_host=row["submitter_host"],
+        submitter_started_at=row["submitter_started_at"],
     )

@@ -376,6 +376,11 @@ export class OnScreenRows {
   }
 }
 
+/** `queued #1` while a job waits its turn (1: next to run), else its status. */
+export function jobStatusText(job: IJobModel): string {
+  return job.status === 'queued' && job.position !== null ? `queued #${job.position}` : job.status;
+}
+
 export function renderJobRow(
   job: IJobModel,
   state: IJobRowState,
@@ -402,7 +407,11 @@ export function renderJobRow(
     [
       h('span', { class: 'gpugeek-job-id', text: job.id, title: job.id }),
       h('span', { class: 'gpugeek-job-pool', text: job.pool }),
-      h('span', { class: `gpugeek-status gpugeek-status-${job.status}`, text: job.status }),
+      h('span', {
+        class: `gpugeek-status gpugeek-status-${job.status}`,
+        text: jobStatusText(job),
+        title: job.status === 'queued' ? `waiting for its turn on pool ${job.pool}` : job.status
+      }),
       h('span', { class: 'gpugeek-job-ranks', text: `${job.ranks} ranks` }),
       h('span', { class: 'gpugeek-job-duration', text: formatDuration(job.duration_s) }),
       h('span', { class: 'gpugeek-job-usd', text: formatUsd(job.usd) })
@@ -481,13 +490,19 @@ function renderJobRecord(job: IJobModel, state: IJobRowState): HTMLElement {
   const rows: [string, string][] = [
     ['Job', job.id],
     ['Pool', job.pool],
-    ['Status', job.status],
+    ['Status', jobStatusText(job)],
     ['Ranks', String(job.ranks)],
     ['Started', formatTimestamp(job.started_at)],
     ['Ended', formatTimestamp(job.ended_at)],
     ['Duration', formatDuration(job.duration_s)],
     ['Cost', formatUsd(job.usd)]
   ];
+  if (job.submitter) {
+    rows.push(['Submitted by', job.submitter]);
+  }
+  if (job.waited_s >= 0.5) {
+    rows.push(['Waited in queue', formatDuration(job.waited_s)]);
+  }
   if (job.failure_reason) {
     rows.push(['Failure', job.failure_reason]);
   }

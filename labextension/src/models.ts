@@ -17,6 +17,7 @@ export type PoolBackend = 'local' | 'kubernetes' | 'slurm' | 'address';
 
 export type JobStatus =
   | 'pending'
+  | 'queued'
   | 'running'
   | 'succeeded'
   | 'failed'
@@ -87,6 +88,14 @@ export interface IJobModel {
   failure_reason: string | null;
   code_sha256: string | null;
   hyperparams: Record<string, unknown>;
+  /** When it joined its pool's queue (null: recorded before jobs queued). */
+  queued_at: string | null;
+  /** Seconds it waited in its pool's queue (so far, while queued). */
+  waited_s: number;
+  /** Its place in its pool's queue while queued (1: next to run), else null. */
+  position: number | null;
+  /** Who submitted it: a notebook, a script or a process. */
+  submitter: string | null;
 }
 
 /**
@@ -226,7 +235,7 @@ export function isLive(status: PoolStatus): boolean {
 
 /** Whether a job in `status` has ended (succeeded, failed or cancelled). */
 export function isJobFinal(status: JobStatus): boolean {
-  return status !== 'pending' && status !== 'running';
+  return status !== 'pending' && status !== 'queued' && status !== 'running';
 }
 
 /** Whether a Stop request still means something for a pool in `status`. */

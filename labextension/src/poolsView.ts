@@ -48,7 +48,7 @@ export function poolKey(pool: Pick<IPoolModel, 'name' | 'created_at'>): string {
   return `${pool.name}@${pool.created_at}`;
 }
 
-const JOB_ACTIVE = new Set<IJobModel['status']>(['pending', 'running']);
+const JOB_ACTIVE = new Set<IJobModel['status']>(['pending', 'queued', 'running']);
 /** Statuses whose reason says what went wrong (a stopped pool's reason is just who stopped it). */
 const REASON_SHOWN = new Set<PoolStatus>(['failed', 'lost']);
 

@@ -41,6 +41,10 @@ export function makeJob(overrides: Partial<IJobModel> = {}): IJobModel {
     failure_reason: null,
     code_sha256: 'ab'.repeat(32),
     hyperparams: { lr: 0.001, epochs: 3 },
+    queued_at: '2026-11-30T08:00:00Z',
+    waited_s: 0,
+    position: null,
+    submitter: 'notebook train.ipynb',
     ...overrides
   };
 }

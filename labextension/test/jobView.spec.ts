@@ -5,6 +5,7 @@ import {
   isScrolledToBottom,
   JobOutputTracker,
   JobWhereTracker,
+  jobStatusText,
   jobOutputView,
   rankChips,
   wantsOutput,
@@ -309,5 +310,16 @@ describe('JobOutputTracker', () => {
     tracker.keepOnly(['job-2']);
     expect(tracker.state('job-1')).toBeNull();
     expect(tracker.state('job-2')).not.toBeNull();
+  });
+});
+
+describe('jobStatusText', () => {
+  it("shows a queued job's place in its pool's queue", () => {
+    expect(jobStatusText(makeJob({ status: 'queued', position: 2 }))).toBe('queued #2');
+  });
+
+  it('shows any other job by its status', () => {
+    expect(jobStatusText(makeJob({ status: 'running' }))).toBe('running');
+    expect(jobStatusText(makeJob({ status: 'cancelled', position: null }))).toBe('cancelled');
   });
 });

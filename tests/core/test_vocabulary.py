@@ -153,6 +153,7 @@ STANDALONE: dict[str, str] = {
     "gpugeek_doctor": "checks this machine and takes no options (gpugeek-jupyter doctor in a terminal)",
     "gpugeek_where": "a report for people of where a running job's ranks are; the pool is its only input",
     "gpugeek_logs": "prints a job's logs for people; Python: JobResult.logs(rank)",
+    "gpugeek_attach": "replays and follows a job's output for people; Python: gpugeek_jupyter.job(id).events()",
 }
 
 # (operation, option) -> (the surfaces it is on, why it is on those only)
@@ -174,6 +175,10 @@ ONLY_ON: dict[tuple[str, str], tuple[set[str], str]] = {
     ("run on a pool", "ranks"): ({MAGIC}, "cells only: a script (Job.run) runs on every rank; run_cell(ranks=)"),
     ("run on a pool", "hyperparams"): ({PYTHON}, "on the magic line they are the script's arguments after --"),
     ("run on a pool", "on_output"): ({PYTHON}, "a callback; the magic prints the [rank N] lines itself"),
+    ("run on a pool", "detach"): (
+        {MAGIC},
+        "Python has a method of its own for it: Job.submit(...) returns a JobHandle",
+    ),
     ("report cost", "registry"): ({PYTHON}, "the registry to read; a magic reads its process's"),
     ("report cost", "now"): ({PYTHON}, "a report as of a given time"),
     ("report cost", "csv"): ({MAGIC}, "Python writes the rows with tco.write_csv(rows, path)"),
@@ -192,6 +197,10 @@ ONLY_ON: dict[tuple[str, str], tuple[set[str], str]] = {
 
 # Known gaps, to close (and then to delete from here): (operation, option) -> (surfaces it is on, what is missing)
 NOT_YET: dict[tuple[str, str], tuple[set[str], str]] = {
+    ("launch a pool", "keep"): (
+        {MAGIC, PYTHON},
+        'POST /gpugeek/pools has no "keep" yet: the server does not launch through the agent',
+    ),
     ("list pools", "live"): ({MAGIC}, "%gpugeek_pools --live is list_pools(live_only=True) and ?state=live"),
     ("list pools", "all"): ({MAGIC}, "%gpugeek_pools --all is list_pools() and, ended pools only, ?state=ended"),
     ("list pools", "live_only"): ({PYTHON}, "list_pools(live_only=True) is --live and ?state=live"),

@@ -80,7 +80,8 @@ def test_script_exit_status_decides_success(pool: Any, in_tmp: Path) -> None:
 
     assert run_script(pool, "ok.py").returncodes == [0, 0]
     three = run_script(pool, "three.py")
-    assert not three.ok and three.returncodes == [0, 3] and three.failed_rank == 1
+    # rank 1's failure stops rank 0 when it comes first (as torchrun stops the others)
+    assert not three.ok and three.returncodes[1] == 3 and three.returncodes[0] in (0, None) and three.failed_rank == 1
     boom = run_script(pool, "boom.py")
     # every rank raises; the first to exit with 1 stops the other, which may have exited with 1 too by then
     assert not boom.ok and boom.returncodes[boom.failed_rank] == 1, boom.returncodes

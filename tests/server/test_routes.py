@@ -142,6 +142,30 @@ async def test_jobs_are_listed_and_fetched_by_id(api: Fetch) -> None:
     assert one["job"]["usd"] >= 0
 
 
+async def test_queued_jobs_are_listed_with_their_place_in_the_queue_and_no_cost_yet(api: Fetch) -> None:
+    import os
+    import socket
+
+    from gpugeek_jupyter.store import Submitter, process_started_at
+
+    record = registered_pool("shared")
+    me = Submitter("notebook a.ipynb", os.getpid(), socket.gethostname(), process_started_at(os.getpid()))
+    for job_id in ("job-a", "job-b", "job-c"):
+        get_registry().queue_job(job_id, record.id, record.name, "cell", "ef" * 32, 2, me)
+    status, listed = await api("GET", "jobs")
+    assert status == 200
+    by_id = {j["id"]: j for j in listed["jobs"]}
+    assert [(by_id[j]["status"], by_id[j]["position"]) for j in ("job-a", "job-b", "job-c")] == [
+        ("running", None),
+        ("queued", 1),
+        ("queued", 2),
+    ]
+    assert by_id["job-c"]["usd"] == 0 and by_id["job-c"]["duration_s"] == 0
+    assert by_id["job-c"]["submitter"] == "notebook a.ipynb" and by_id["job-c"]["waited_s"] >= 0
+    status, one = await api("GET", "jobs", "job-c")
+    assert status == 200 and one["job"]["position"] == 2
+
+
 async def test_catalog_lists_gpu_types_with_prices_backends_and_defaults(api: Fetch) -> None:
     status, body = await api("GET", "catalog")
     assert status == 200

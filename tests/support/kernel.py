@@ -48,6 +48,7 @@ class KernelSession:
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)
         self.messages: list[dict[str, Any]] = []  # every iopub message seen (comm/widget state included)
+        self.killed = False
 
     @property
     def pid(self) -> int:
@@ -92,6 +93,8 @@ class KernelSession:
         return self.collect(self.execute(code), timeout)
 
     def shutdown(self) -> None:
+        if self.killed:  # nothing left to shut down (kill() cleaned up)
+            return
         try:
             self.client.stop_channels()
         finally:
@@ -104,6 +107,7 @@ class KernelSession:
         import signal
 
         os.kill(self.pid, signal.SIGKILL)
+        self.killed = True
         self.client.stop_channels()
         self.manager.cleanup_resources()
 

@@ -1,0 +1,127 @@
+"""``JobHandle``: a job that runs without a kernel waiting for it, reachable from any process.
+
+>>> handle = gpugeek_jupyter.job("job-1a2b3c4d")     # doctest: +SKIP
+>>> handle.status(), handle.wait(timeout=600).result().values     # doctest: +SKIP
+('running', [0.29, 0.29])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
+from ..store import JobRecord, get_registry
+from .results import load_result
+from .stream import follow
+
+if TYPE_CHECKING:
+    from ..jobs.result import JobResult
+    from ..jobs.where import WhereReport
+
+WAIT_POLL_S = 0.2
+RESULT_GRACE_S = 10.0  # after its row ended, the agent writes the result file within this
+
+
+class JobHandle:
+    """A detached job (or any job of the registry) by its id."""
+
+    def __init__(self, job_id: str) -> None:
+        self.id = job_id
+
+    def __repr__(self) -> str:
+        return f"<JobHandle {self.id} {self.status()}>"
+
+    def record(self) -> JobRecord:
+        """The job's registry row (status, times, submitter, failure)."""
+        return get_registry().job(self.id)
+
+    def status(self) -> str:
+        """``queued``, ``running``, ``succeeded``, ``failed`` or ``cancelled``."""
+        return self.record().status.value
+
+    def done(self) -> bool:
+        return self.record().status.is_final
+
+    def wait(self, timeout: float | None = None) -> JobHandle:
+        """Block until the job has ended (``timeout`` seconds at most: then ``TimeoutError``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done():
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.id!r} is still {self.status()} after {timeout:.0f} s")
+            time.sleep(WAIT_POLL_S)
+        return self
+
+    def result(self, timeout: float | None = None) -> JobResult:
+        """The job's result, every rank's value in ``.values``, once it has ended (waits for it)."""
+        self.wait(timeout)
+        deadline = time.monotonic() + RESULT_GRACE_S
+        while (result := load_result(self.id)) is None:
+            if time.monotonic() > deadline:
+                record = self.record()
+                raise GpugeekError(
+                    Phrase(
+                        "job {job} ended {status} and left no result{why}: only detached jobs keep one",
+                        job=Value(self.id),
+                        status=record.status.value,
+                        why=f" ({record.failure_reason})" if record.failure_reason else "",
+                    )
+                )
+            time.sleep(WAIT_POLL_S)
+        return result
+
+    def events(self, follow_live: bool = True) -> Iterator[dict[str, Any]]:
+        """The job's output events from its start (the replay), then, with ``follow_live``, as they come."""
+        return follow(self.id, keep_following=lambda: follow_live and not self.done())
+
+    def logs(self, rank: int | None = None, follow: bool = False) -> str | Iterator[str]:
+        """What the ranks wrote so far (``rank``: that rank's only); with ``follow``, an iterator of
+        lines labelled ``[rank N]`` that goes on until the job ends."""
+        from ..jobs.logs import JobLogs
+
+        if follow:
+            return self._follow_lines(rank)
+        ranks = [rank] if rank is not None else JobLogs.ranks(self.id)
+        return "".join(JobLogs.read(self.id, r) for r in ranks)
+
+    def cancel(self, reason: str = "cancelled from its handle") -> JobHandle:
+        """Stop the job (a queued one leaves its pool's queue)."""
+        from .connection import running_agent
+
+        record = self.record()
+        if record.status.is_final:
+            return self
+        agent = running_agent()
+        if agent is None or not agent.cancel(self.id, reason)["cancelled"]:
+            raise JobFailedError(
+                Phrase(
+                    "job {job} is not a detached job of this user's agent; {how}",
+                    job=Value(self.id),
+                    how=PerSurface(
+                        core="interrupt the notebook that runs it",
+                        magic="interrupt the notebook that runs it (its submitter is {submitter})",
+                    ),
+                    submitter=record.submitter or "unknown",
+                )
+            )
+        return self
+
+    def where(self) -> WhereReport:
+        """Where each rank of the running job is (as ``%gpugeek_where``)."""
+        from ..jobs.where import where_report
+
+        return where_report(self.record().pool_name)
+
+    def _follow_lines(self, rank: int | None) -> Iterator[str]:
+        for event in self.events():
+            if event["kind"] == "out" and (rank is None or event["rank"] == rank):
+                for line in event["text"].splitlines():
+                    yield f"[rank {event['rank']}] {line}"
+
+
+def job(job_id: str) -> JobHandle:
+    """The handle of job ``job_id`` (as ``%gpugeek_jobs`` lists it), from any process of the user."""
+    handle = JobHandle(job_id)
+    handle.record()  # NotFoundError naming the id, when there is no such job
+    return handle

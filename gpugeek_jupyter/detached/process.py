@@ -1,0 +1,62 @@
+"""The agent process's life: serve on the user's socket, exit when idle or asked, stop its pools.
+
+It runs in a session of its own (no terminal: the kernel, the browser or the Jupyter server that
+started it can end without it). Serving is ``multiprocessing.managers``' own server on the Unix
+socket; this module only starts it, watches for the idle period and ends it cleanly. A SIGTERM is
+taken as a request to stop (pools stopped, detached jobs cancelled with that reason).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from .connection import AgentManager, agent_key, agent_paths
+from .service import AgentService
+
+log = logging.getLogger(__name__)
+
+IDLE_CHECK_S = 1.0
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    paths = agent_paths()
+    service = AgentService()
+    AgentManager.register("service", callable=lambda: service)
+    manager = AgentManager(address=str(paths.socket), authkey=agent_key(paths))
+    old_umask = os.umask(0o177)  # the socket is made 0600
+    try:
+        server: Any = manager.get_server()
+    finally:
+        os.umask(old_umask)
+    os.chmod(paths.socket, 0o600)
+    signal.signal(signal.SIGTERM, lambda signum, frame: service.stopping.set())
+    log.info("gpugeek agent %d serving on %s", os.getpid(), paths.socket)
+    threading.Thread(target=_watch, args=(service, server), name="gpugeek-agent-idle", daemon=True).start()
+    try:
+        server.serve_forever()  # returns (SystemExit) once the stop event is set
+    except SystemExit:
+        pass
+    finally:
+        _close(service, paths.socket)
+
+
+def _watch(service: AgentService, server: Any) -> None:
+    while not service.should_exit() or not hasattr(server, "stop_event"):  # made by serve_forever
+        time.sleep(IDLE_CHECK_S)
+    log.info("gpugeek agent %d: %s; exiting", os.getpid(), "asked to stop" if service.stopping.is_set() else "idle")
+    server.stop_event.set()
+
+
+def _close(service: AgentService, socket_path: Any) -> None:
+    try:
+        service.close()  # the socket goes with the listener's own finalizer, at exit
+    finally:
+        log.info("gpugeek agent %d stopped", os.getpid())
+        sys.exit(0)

@@ -1,0 +1,165 @@
+"""What the agent does for its clients: owns kept pools, runs detached jobs, keeps their output.
+
+One :class:`AgentService` per agent process, shared with every client through the agent's
+manager (:mod:`.connection`), so each method is called on a thread of the manager's and answers
+plain data. A detached job runs on a thread of its own here, through the same
+:class:`~gpugeek_jupyter.jobs.agent.JobAgent` as an attached one (queue, restarts, timeouts,
+checkpoints alike); its output goes to its stream (:mod:`.stream`) and, as for every job, to each
+rank's log; its result (every rank's value) to a 0600 file beside them (:mod:`.results`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import threading
+import time
+from typing import Any
+
+from ..config import get_config
+from ..jobs.request import JobRequest
+from ..spec import PoolSpec
+from .results import save_result
+from .stream import StreamWriter
+
+log = logging.getLogger(__name__)
+
+AGENT_OWNER = "gpugeek agent"
+STOPPING = "the gpugeek agent is stopping; try again in a moment (a new one starts)"
+ROW_WAIT_S = 10.0  # a submitted job's registry row is written within this (its queue entry)
+
+
+class AgentService:
+    """The agent's one shared object."""
+
+    def __init__(self) -> None:
+        from ..runtime import get_pool_manager
+
+        self.started = time.monotonic()
+        self.manager = get_pool_manager()
+        self.manager.owner = f"{AGENT_OWNER} (pid {os.getpid()})"
+        self._runs: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+        self._busy_at = time.monotonic()
+        self.stopping = threading.Event()
+
+    # -- what clients call ----------------------------------------------------------------------
+    def ping(self) -> dict[str, Any]:
+        from .._version import __version__
+
+        return {"pid": os.getpid(), "version": __version__, "uptime_s": round(time.monotonic() - self.started, 1)}
+
+    def launch(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Launch a kept pool from ``spec`` (``PoolSpec.to_dict()``); its name, or the error's words."""
+        if self.stopping.is_set():
+            return {"error": STOPPING, "error_class": "AgentUnavailableError"}
+        try:
+            pool = self.manager.launch(PoolSpec.from_dict(spec))
+        except Exception as e:  # the client shows it: the launch is the client's
+            return {"error": str(e), "error_class": type(e).__name__}
+        self._touch()
+        return {"name": pool.name}
+
+    def submit(self, pool_name: str, request_blob: bytes) -> dict[str, Any]:
+        """Run a job (a pickled :class:`JobRequest`) on kept pool ``pool_name`` from now on, detached;
+        its id, or the error's words."""
+        if self.stopping.is_set():
+            return {"error": STOPPING, "error_class": "AgentUnavailableError"}
+        try:
+            request: JobRequest = pickle.loads(request_blob)
+            request.validate()
+            pool = self.manager.get(pool_name)
+        except Exception as e:
+            return {"error": str(e), "error_class": type(e).__name__}
+        run = threading.Thread(target=self._run, args=(pool, request), name=f"gpugeek-detached-{request.job_id}")
+        with self._lock:
+            self._runs[request.job_id] = run
+        run.start()
+        self._touch()
+        self._wait_for_row(request.job_id, run)  # so that its handle finds it at once
+        return {"job_id": request.job_id}
+
+    def _wait_for_row(self, job_id: str, run: threading.Thread) -> None:
+        from ..errors import NotFoundError
+
+        deadline = time.monotonic() + ROW_WAIT_S
+        while run.is_alive() and time.monotonic() < deadline:
+            try:
+                self.manager.registry.job(job_id)
+                return
+            except NotFoundError:
+                time.sleep(0.01)
+
+    def cancel(self, job_id: str, reason: str) -> dict[str, Any]:
+        """Ask detached job ``job_id`` to stop (queued: it leaves the queue); whether it was ours."""
+        from ..jobs.agent import cancel_job
+
+        with self._lock:
+            ours = job_id in self._runs and self._runs[job_id].is_alive()
+        if ours:
+            cancel_job(job_id, reason)
+        return {"cancelled": ours}
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            running = sorted(j for j, t in self._runs.items() if t.is_alive())
+        return {"jobs": running, "pools": self.kept_pools()}
+
+    def kept_pools(self) -> list[str]:
+        """The live pools this agent owns."""
+        return sorted(p.name for p in self.manager.pools() if p.owned and p.status.is_live)
+
+    def shutdown(self) -> dict[str, Any]:
+        """Stop the agent: its detached jobs are cancelled, its pools stopped."""
+        self.stopping.set()
+        return {"stopping": True}
+
+    # -- life -----------------------------------------------------------------------------------
+    def idle_for(self) -> float:
+        """Seconds since the agent last had a live kept pool or a detached job (0 while it has)."""
+        with self._lock:
+            busy = any(t.is_alive() for t in self._runs.values())
+            self._runs = {j: t for j, t in self._runs.items() if t.is_alive()}
+        if busy or self.kept_pools():
+            self._touch()
+        return time.monotonic() - self._busy_at
+
+    def should_exit(self) -> bool:
+        return self.stopping.is_set() or self.idle_for() > get_config().agent_idle_seconds
+
+    def close(self) -> None:
+        from ..jobs.agent import cancel_job
+
+        with self._lock:
+            runs = dict(self._runs)
+        for job_id, run in runs.items():
+            if run.is_alive():
+                cancel_job(job_id, "the gpugeek agent stopped")
+        for run in runs.values():
+            run.join(timeout=30)
+        self.manager.shutdown()
+
+    def _touch(self) -> None:
+        self._busy_at = time.monotonic()
+
+    def _run(self, pool: Any, request: JobRequest) -> None:
+        from ..jobs.agent import agent_for
+
+        stream = StreamWriter(request.job_id)
+        status, failure = "failed", None
+        try:
+            result = agent_for(pool).run(
+                request,
+                on_output=stream.output,
+                on_notice=stream.notice,
+                on_progress=stream.progress,
+                on_wait=lambda wait: stream.notice(wait.describe()) if wait is not None else None,
+            )
+            status, failure = result.status.value, result.failure
+            save_result(result)
+        except BaseException as e:  # the job's row says so too (record.crashed)
+            failure = f"the agent could not run the job: {type(e).__name__}: {e}"
+            log.exception("detached job %s", request.job_id)
+        finally:
+            stream.end(status, failure)

@@ -1,0 +1,126 @@
+"""Jobs that outlive the notebook: a kept pool and a detached cell job, in real kernels, with the real
+agent (a process of its own, started on demand), and the submitting kernel killed mid-job."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from support.kernel import KernelSession, magics_kernel
+
+pytestmark = pytest.mark.slow
+
+TICKING_CELL = """%%gpugeek_run --detach
+import time
+from tqdm.auto import tqdm
+for step in tqdm(range(16), desc="train"):
+    print(f"tick {step} on {rank}", flush=True)
+    time.sleep(0.5)
+rank * 100
+"""
+
+
+@pytest.fixture
+def agent_env(isolated_registry: Path) -> Iterator[dict[str, str]]:
+    """The kernels' settings; the agent they start is stopped (by pid) afterwards."""
+    env = {"GPUGEEK_REGISTRY": str(isolated_registry), "GPUGEEK_HEARTBEAT": "0.5", "GPUGEEK_AGENT_IDLE": "60"}
+    yield env
+    from gpugeek_jupyter.detached.connection import running_agent
+
+    agent = running_agent()
+    if agent is None:
+        return
+    pid = agent.ping()["pid"]
+    agent.shutdown()
+    try:
+        psutil.Process(pid).wait(timeout=60)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.TimeoutExpired:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"the agent {pid} did not stop within 60 s of being asked") from None
+
+
+def _launch_kept(kernel: KernelSession) -> None:
+    launched = kernel.run("%gpugeek_launch --gpu-type cpu --count 2 --name kept --keep --quiet", timeout=180)
+    assert launched.error is None and "Error" not in launched.text, launched.text
+
+
+def _submitted_id(result: Any) -> str:
+    assert result.error is None, result.text
+    found = re.search(r"\[gpugeek\] (job-[0-9a-f]{8}) runs on pool 'kept', detached", result.stdout)
+    assert found, result.text
+    return found.group(1)
+
+
+def test_a_detached_job_outlives_its_killed_kernel_and_another_kernel_attaches_and_gets_its_values(
+    agent_env: dict[str, str],
+) -> None:
+    with magics_kernel({**agent_env, "JPY_SESSION_NAME": "/work/submit.ipynb"}) as first:
+        _launch_kept(first)
+        job_id = _submitted_id(first.run(TICKING_CELL, timeout=60))
+        time.sleep(3.0)
+        first.kill()
+    with magics_kernel(agent_env) as second:
+        attached = second.run(f"%gpugeek_attach {job_id}", timeout=120)
+        values = second.run(f"import gpugeek_jupyter\ngpugeek_jupyter.job({job_id!r}).result().values", timeout=60)
+
+    assert attached.error is None, attached.text
+    for step in (0, 1, 15):  # from before the kill (the replay), and the end (followed live)
+        for rank in (0, 1):
+            assert f"[rank {rank}] tick {step} on {rank}" in attached.stdout, attached.text
+    assert attached.stdout.rstrip().endswith(f"[gpugeek] {job_id} succeeded"), attached.text
+    assert values.error is None and values.displays[-1]["text/plain"] == "[0, 100]", values.text
+    from gpugeek_jupyter.detached.stream import follow
+    from gpugeek_jupyter.store import get_registry
+
+    record = get_registry().job(job_id)
+    assert (record.status.value, record.submitter) == ("succeeded", "notebook submit.ipynb, detached")
+    bars = [e["state"] for e in follow(job_id) if e["kind"] == "progress"]
+    assert bars and bars[-1]["desc"] == "train" and bars[-1]["n"] == 16, bars[-1:]
+
+
+def test_a_detached_job_is_cancelled_from_another_kernel_within_five_seconds(agent_env: dict[str, str]) -> None:
+    with magics_kernel(agent_env) as first, magics_kernel(agent_env) as second:
+        _launch_kept(first)
+        job_id = _submitted_id(first.run(TICKING_CELL.replace("16", "600"), timeout=60))
+        time.sleep(1.0)
+        asked = time.monotonic()
+        cancelled = second.run(
+            f"import gpugeek_jupyter\nh = gpugeek_jupyter.job({job_id!r})\nh.cancel().wait(timeout=30).status()",
+            timeout=60,
+        )
+        took = time.monotonic() - asked
+
+    assert cancelled.error is None and cancelled.displays[-1]["text/plain"] == "'cancelled'", cancelled.text
+    assert took < 5.0, f"the job took {took:.1f} s to end after its cancel"
+
+
+def test_detached_input_mistakes_are_one_line_errors(agent_env: dict[str, str]) -> None:
+    with magics_kernel(agent_env, launch="--gpu-type cpu --count 2 --name here --quiet") as kernel:
+        not_kept = kernel.run("%%gpugeek_run --detach\nprint(rank)")
+        with_out = kernel.run("%%gpugeek_run --detach -o values\nprint(rank)")
+        unknown = kernel.run("%gpugeek_attach job-00000000")
+        python_unknown = kernel.run("import gpugeek_jupyter\ngpugeek_jupyter.job('job-00000000')")
+
+    assert not_kept.error is None and not_kept.stderr.strip() == (
+        "UsageError: pool 'here' ends with the process that launched it, and a detached job with it; "
+        "run detached jobs on a kept pool: %gpugeek_launch --keep ..."
+    ), not_kept.text
+    assert with_out.error is None and with_out.stderr.startswith(
+        "UsageError: --detach returns before the job's values exist, so -o values has nothing to store"
+    ), with_out.text
+    assert unknown.error is None and unknown.stderr.strip() == (
+        "UsageError: no job with id 'job-00000000' (see %gpugeek_jobs)"
+    ), unknown.text
+    assert python_unknown.error is not None and python_unknown.error["evalue"] == (
+        "no job with id 'job-00000000' (see ClusterClient().jobs())"
+    ), python_unknown.text
