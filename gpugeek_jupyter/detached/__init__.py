@@ -21,7 +21,7 @@ from __future__ import annotations
 import pickle
 from typing import TYPE_CHECKING
 
-from ..errors import GpugeekError, PerSurface, Phrase, Value
+from ..errors import ConflictError, GpugeekError, PerSurface, Phrase, Value
 from .handle import JobHandle, job
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def submit_request(pool: Pool, request: JobRequest) -> JobHandle:
     from .connection import connect
 
     if not is_kept(pool):
-        raise GpugeekError(
+        raise ConflictError(
             Phrase(
                 "pool {name} ends with the process that launched it, and a detached job with it; {how}",
                 name=Value(pool.name),

@@ -91,6 +91,26 @@ class StreamWriter:
         )
 
 
+def read_events(job_id: str, since: int = 0, limit: int = 500) -> list[dict[str, Any]]:
+    """Up to ``limit`` of the job's events from ``seq`` ``since`` on, as written so far (a page of the
+    stream, for ``GET /gpugeek/jobs/<id>/output?since=``)."""
+    path = stream_path(job_id)
+    events: list[dict[str, Any]] = []
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as file:
+            for line in file:
+                if not line.endswith("\n"):
+                    break  # being written: the next page has it
+                event = json.loads(line)
+                if event["seq"] >= since:
+                    events.append(event)
+                    if len(events) >= limit:
+                        break
+    except FileNotFoundError:
+        pass
+    return events
+
+
 def follow(
     job_id: str,
     since: int = 0,

@@ -46,6 +46,7 @@ TICK_S = 1.0  # the watch looks at its deadlines at least this often
 OUTPUT_DRAIN_S = 2.0  # late output events are awaited this long after the last rank answered
 PEER_CHECK_S = 1.0  # a cell on some ranks: how often to look for ranks waiting in a collective
 PEER_WAIT_S = 5.0  # a collective waited in this long, with ranks not taking part, cannot complete
+INTERRUPTED_FROM_THE_NOTEBOOK = "interrupted from the notebook"  # the stop message of an interrupt
 
 
 class AttemptWatch:
@@ -168,8 +169,14 @@ class AttemptWatch:
         if self.stopping is StopCause.INTERRUPTED:
             self._end_stuck(everyone=True)  # a second interrupt: do not wait for the grace period
             return
-        self.stopping, self.stop_message = StopCause.INTERRUPTED, "interrupted from the notebook"
+        self.stopping, self.stop_message = StopCause.INTERRUPTED, INTERRUPTED_FROM_THE_NOTEBOOK
         self._cancel()
+
+    def _interrupted_how(self) -> str:
+        """``interrupted``, or who cancelled it (a detached job's cancel says)."""
+        if self.stop_message in (None, INTERRUPTED_FROM_THE_NOTEBOOK):
+            return "interrupted"
+        return str(self.stop_message)
 
     def cancel_requested(self, reason: str) -> None:
         """Stop the job as an interrupt does, saying who asked (a detached job's cancel)."""
@@ -364,7 +371,7 @@ class AttemptWatch:
             return AttemptResult(
                 AttemptState.INTERRUPTED,
                 ranks,
-                failure=f"job {self.job_id} was interrupted; every rank stopped ({_summary(reports)})",
+                failure=f"job {self.job_id} was {self._interrupted_how()}; every rank stopped ({_summary(reports)})",
             )
         if self.stopping is StopCause.TIMEOUT:
             return AttemptResult(AttemptState.TIMED_OUT, ranks, failure=self.stop_message)

@@ -11,7 +11,10 @@ Routes (under the server's ``base_url``; described in ``openapi.json``, also ser
     GET    /gpugeek/pools/{name}/metrics    latest telemetry samples, or why there are none
     GET    /gpugeek/pools/{name}/dashboard/{path}  its dask dashboard (a page, and its websockets)
     GET    /gpugeek/jobs[?pool=]            recent jobs
+    POST   /gpugeek/jobs                    run a script, detached, on a kept pool -> 201
     GET    /gpugeek/jobs/{id}               one job
+    DELETE /gpugeek/jobs/{id}               cancel a detached job
+    GET    /gpugeek/jobs/{id}/output[?since=]  grouped tail, or a page of its event stream
     GET    /gpugeek/catalog                 GPU types, prices, backends and launch defaults
 
 The extension is a jupyter_server ``ExtensionApp`` (:class:`GpugeekServerExtension`): settings come

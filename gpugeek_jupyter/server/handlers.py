@@ -24,8 +24,9 @@ from tornado import web
 
 from ..errors import ConflictError, GpugeekError, Phrase, Surface, Value
 from ..store import JobStatus, Registry
+from .job_request import parse_job_body
 from .launch_request import parse_launch_body
-from .queries import parse_jobs_query, parse_output_lines, parse_pools_query
+from .queries import parse_jobs_query, parse_output_query, parse_pools_query
 from .service import GpugeekService
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,12 @@ class JobsHandler(GpugeekHandler):
         query = parse_jobs_query({key: self.get_query_argument(key) for key in self.request.query_arguments})
         await self.answer(self.service.list_jobs, query.pool, query.limit)
 
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        fields = parse_job_body(self.request.body)
+        await self.answer(self.service.submit_job, fields, status=201, slow=True)
+
 
 class JobHandler(GpugeekHandler):
     @web.authenticated
@@ -136,13 +143,22 @@ class JobHandler(GpugeekHandler):
     async def get(self, job_id: str) -> None:
         await self.answer(self.service.job, job_id)
 
+    @web.authenticated
+    @authorized
+    async def delete(self, job_id: str) -> None:
+        await self.answer(self.service.cancel_job, job_id, slow=True)
+
 
 class JobOutputHandler(GpugeekHandler):
     @web.authenticated
     @authorized
     async def get(self, job_id: str) -> None:
-        lines = parse_output_lines({key: self.get_query_argument(key) for key in self.request.query_arguments})
-        await self.answer(self.service.job_output, job_id, lines)
+        arguments = {key: self.get_query_argument(key) for key in self.request.query_arguments}
+        query = parse_output_query(arguments)
+        if query.since is not None:  # a page of the job's event stream (a detached job's replay)
+            await self.answer(self.service.job_events, job_id, query.since, query.limit)
+            return
+        await self.answer(self.service.job_output, job_id, query.lines)
 
 
 class JobWhereHandler(GpugeekHandler):

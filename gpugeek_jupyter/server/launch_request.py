@@ -26,6 +26,7 @@ from ..spec import PoolSpec
 _STRING = "a string"
 _NUMBER = "a number"
 _LIST = "a list"
+_OBJECT = "an object"
 
 # field -> (what JSON type it takes, whether null is allowed, a valid example)
 LAUNCH_FIELDS: dict[str, tuple[str, bool, Any]] = {
@@ -75,28 +76,36 @@ def parse_launch_body(body: bytes) -> dict[str, Any]:
     """Options for ``PoolSpec.create`` from a request body; SpecError (with ``field``) otherwise,
     phrased for JSON."""
     with phrased_for(Surface.SERVER):
-        options = _typed_options(body)
+        options = typed_body(body, LAUNCH_FIELDS, "launch request", _BODY_EXAMPLE, multiline=_MULTILINE)
         PoolSpec.create(**options)  # the values' rules, phrased here; the service builds its own spec
     return options
 
 
-def _typed_options(body: bytes) -> dict[str, Any]:
+def typed_body(
+    body: bytes,
+    fields: dict[str, tuple[str, bool, Any]],
+    request_name: str,
+    body_example: str,
+    multiline: frozenset[str] | set[str] = frozenset(),
+) -> dict[str, Any]:
+    """The fields of a JSON object body, each of the JSON type ``fields`` gives it (``multiline``:
+    text fields whose newlines and tabs are text); a SpecError naming the first wrong one."""
     try:
         data = json.loads(body.decode("utf-8")) if body.strip() else None
     except (UnicodeDecodeError, ValueError) as e:
-        raise SpecError(f"the request body is not valid JSON ({e}); send an object such as {_BODY_EXAMPLE}") from e
+        raise SpecError(f"the request body is not valid JSON ({e}); send an object such as {body_example}") from e
     if not isinstance(data, dict):
-        raise SpecError(f"the request body must be a JSON object, got {_json_kind(data)}; e.g. {_BODY_EXAMPLE}")
+        raise SpecError(f"the request body must be a JSON object, got {_json_kind(data)}; e.g. {body_example}")
     options: dict[str, Any] = {}
     for key, value in data.items():
-        if key not in LAUNCH_FIELDS:
+        if key not in fields:
             raise SpecError(
-                Phrase("unknown field {value} in the launch request (known: {rule})"),
+                Phrase(f"unknown field {{value}} in the {request_name} (known: {{rule}})"),
                 field=key,
                 value=key,
-                rule=", ".join(LAUNCH_FIELDS),
+                rule=", ".join(fields),
             )
-        kind, nullable, example = LAUNCH_FIELDS[key]
+        kind, nullable, example = fields[key]
         if (value is None and not nullable) or (value is not None and _json_kind(value) != kind):
             raise SpecError(
                 Phrase("{field} must be {rule}, got {value} ({kind}) (e.g. {example})", kind=_json_kind(value)),
@@ -105,7 +114,7 @@ def _typed_options(body: bytes) -> dict[str, Any]:
                 rule=kind + (" or null" if nullable else ""),
                 example=example,
             )
-        allowed = "\n\t" if key in _MULTILINE else ""
+        allowed = "\n\t" if key in multiline else ""
         if isinstance(value, str) and any(unicodedata.category(c) == "Cc" and c not in allowed for c in value):
             raise SpecError(
                 Phrase("{field} must not contain control characters, got {value} (e.g. {example})"),

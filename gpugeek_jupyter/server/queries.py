@@ -46,7 +46,7 @@ DEFAULT_OUTPUT_LINES = 40  # lines of a job's grouped tail in the panel's job vi
 MAX_OUTPUT_LINES = 500
 POOLS_PARAMETERS = ("namespace", "state", "before", "limit")
 JOBS_PARAMETERS = ("pool", "limit")
-OUTPUT_PARAMETERS = ("lines",)
+OUTPUT_PARAMETERS = ("lines", "since", "limit")
 
 
 @dataclass(frozen=True)
@@ -140,15 +140,33 @@ def parse_jobs_query(arguments: Mapping[str, str | None]) -> JobsQuery:
     return JobsQuery(pool=given.get("pool"), limit=limit)
 
 
-def parse_output_lines(arguments: Mapping[str, str | None]) -> int:
-    """``lines`` of ``GET /gpugeek/jobs/<id>/output?lines=N`` (1 to 500; absent or empty: 40).
+@dataclass(frozen=True)
+class OutputQuery:
+    """``GET /gpugeek/jobs/<id>/output``: the grouped tail's ``lines``, or, with ``since``, a page of
+    ``limit`` events of the job's stream from that seq."""
 
-    >>> parse_output_lines({"lines": "100"}), parse_output_lines({})
-    (100, 40)
+    lines: int = DEFAULT_OUTPUT_LINES
+    since: int | None = None
+    limit: int = MAX_PAGE
+
+
+def parse_output_query(arguments: Mapping[str, str | None]) -> OutputQuery:
+    """An :class:`OutputQuery`: ``lines`` (1 to 500; absent or empty: 40), ``since`` (a seq >= 0)
+    and ``limit`` (1 to 500).
+
+    >>> parse_output_query({"lines": "100"}), parse_output_query({"since": "42"})
+    (OutputQuery(lines=100, since=None, limit=500), OutputQuery(lines=40, since=42, limit=500))
     """
     example = f"?lines={DEFAULT_OUTPUT_LINES}"
     given = _given(arguments, OUTPUT_PARAMETERS, "GET /gpugeek/jobs/<id>/output", example)
-    if "lines" not in given:
-        return DEFAULT_OUTPUT_LINES
-    rule = f"a whole number from 1 to {MAX_OUTPUT_LINES}"
-    return _whole_number("lines", given["lines"], 1, MAX_OUTPUT_LINES, rule, example)
+    lines, since, limit = DEFAULT_OUTPUT_LINES, None, MAX_PAGE
+    if "lines" in given:
+        rule = f"a whole number from 1 to {MAX_OUTPUT_LINES}"
+        lines = _whole_number("lines", given["lines"], 1, MAX_OUTPUT_LINES, rule, example)
+    if "since" in given:
+        since = _whole_number("since", given["since"], 0, 2**62, "a whole number >= 0", "?since=0")
+    if "limit" in given:
+        limit = _whole_number(
+            "limit", given["limit"], 1, MAX_PAGE, f"a whole number from 1 to {MAX_PAGE}", "?limit=100"
+        )
+    return OutputQuery(lines=lines, since=since, limit=limit)

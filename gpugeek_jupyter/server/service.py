@@ -32,7 +32,7 @@ from typing import Any
 from ..catalog import load_catalog
 from ..client import DEFAULT_JOBS_LIMIT
 from ..config import BACKENDS, GpugeekConfig
-from ..errors import GpugeekError, NotFoundError, SpecError
+from ..errors import GpugeekError, NotFoundError, SpecError, Surface, phrased_for
 from ..pools import PoolManager
 from ..spec import SLURM_OPTIONS, PoolSpec
 from ..store import (
@@ -327,6 +327,45 @@ class GpugeekService:
             "ranks": [{"rank": rank, "state": state} for rank, state in sorted(states.items())],
             "tail": tail,
         }
+
+    def submit_job(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """Run a script, detached, on kept pool ``fields["pool"]`` (``POST /gpugeek/jobs``); the job
+        once it is recorded (queued or running)."""
+        from ..detached import submit_request
+        from ..jobs import script_request
+
+        with phrased_for(Surface.SERVER):
+            pool = self.manager.get(fields["pool"])
+            request = script_request(
+                fields["script_path"],
+                fields.get("args") or (),
+                fields.get("hyperparams"),
+                timeout=fields.get("timeout"),
+                max_restarts=int(fields.get("max_restarts") or 0),
+                min_ranks=fields.get("min_ranks"),
+                env=fields.get("env"),
+            )
+            request.submitted_by = "the Jupyter server"
+            handle = submit_request(pool, request)
+        return self.job(handle.id)
+
+    def cancel_job(self, job_id: str) -> dict[str, Any]:
+        """Stop a detached job (``DELETE /gpugeek/jobs/<id>``); the job as it is then."""
+        from ..detached import job
+
+        with phrased_for(Surface.SERVER):
+            job(job_id).cancel("cancelled through the Jupyter server")
+        return self.job(job_id)
+
+    def job_events(self, job_id: str, since: int, limit: int) -> dict[str, Any]:
+        """A page of a detached job's output stream from ``seq`` ``since`` (``?since=``): the events,
+        the ``next`` seq to ask for, and whether the stream has ended."""
+        from ..detached.stream import read_events
+
+        self.registry.job(job_id)  # 404 for an unknown id
+        events = read_events(job_id, since, limit)
+        ended = bool(events) and events[-1]["kind"] == "end"
+        return {"job": job_id, "events": events, "next": events[-1]["seq"] + 1 if events else since, "ended": ended}
 
     def _job_model(self, job: JobRecord, positions: dict[str, int]) -> dict[str, Any]:
         now = self.clock()

@@ -3,17 +3,15 @@ agent (a process of its own, started on demand), and the submitting kernel kille
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
+from support.agent import agent_stopped_afterwards
 from support.kernel import KernelSession, magics_kernel
 
 pytestmark = pytest.mark.slow
@@ -31,22 +29,8 @@ rank * 100
 @pytest.fixture
 def agent_env(isolated_registry: Path) -> Iterator[dict[str, str]]:
     """The kernels' settings; the agent they start is stopped (by pid) afterwards."""
-    env = {"GPUGEEK_REGISTRY": str(isolated_registry), "GPUGEEK_HEARTBEAT": "0.5", "GPUGEEK_AGENT_IDLE": "60"}
-    yield env
-    from gpugeek_jupyter.detached.connection import running_agent
-
-    agent = running_agent()
-    if agent is None:
-        return
-    pid = agent.ping()["pid"]
-    agent.shutdown()
-    try:
-        psutil.Process(pid).wait(timeout=60)
-    except psutil.NoSuchProcess:
-        pass
-    except psutil.TimeoutExpired:
-        os.kill(pid, signal.SIGKILL)
-        raise AssertionError(f"the agent {pid} did not stop within 60 s of being asked") from None
+    with agent_stopped_afterwards():
+        yield {"GPUGEEK_REGISTRY": str(isolated_registry), "GPUGEEK_HEARTBEAT": "0.5", "GPUGEEK_AGENT_IDLE": "60"}
 
 
 def _launch_kept(kernel: KernelSession) -> None:

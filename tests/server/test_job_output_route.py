@@ -134,5 +134,5 @@ async def test_an_unknown_query_parameter_is_400_naming_it(api: Fetch, running_j
     status, body = await api("GET", "jobs", running_job[0], "output", params={"line": "3"})
     assert (status, body["field"]) == (400, "line")
     assert body["message"] == (
-        'unknown query parameter "line" for GET /gpugeek/jobs/<id>/output (known: lines); e.g. ?lines=40'
+        'unknown query parameter "line" for GET /gpugeek/jobs/<id>/output (known: lines, since, limit); e.g. ?lines=40'
     )
