@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..jobs.where import WhereReport
 
 WAIT_POLL_S = 0.2
+SWEEP_S = 1.0  # while waiting, pools whose owner died (an agent killed) are swept this often
 RESULT_GRACE_S = 10.0  # after its row ended, the agent writes the result file within this
 
 
@@ -29,6 +30,7 @@ class JobHandle:
 
     def __init__(self, job_id: str) -> None:
         self.id = job_id
+        self._swept_at = 0.0
 
     def __repr__(self) -> str:
         return f"<JobHandle {self.id} {self.status()}>"
@@ -42,6 +44,15 @@ class JobHandle:
         return self.record().status.value
 
     def done(self) -> bool:
+        """Whether the job has ended; a job whose agent died is ended here (its pool is swept lost)."""
+        if self.record().status.is_final:
+            return True
+        now = time.monotonic()
+        if now - self._swept_at >= SWEEP_S:
+            self._swept_at = now
+            from ..config import get_config
+
+            get_registry().mark_lost_pools(get_config().lost_after_seconds)
         return self.record().status.is_final
 
     def wait(self, timeout: float | None = None) -> JobHandle:

@@ -1,0 +1,94 @@
+"""The per-user agent under faults: killed with SIGKILL mid-job, a socket left by a dead agent, and
+two processes starting it at once. Real processes throughout."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from support.agent import agent_stopped_afterwards
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def agent_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("GPUGEEK_AGENT_IDLE", "60")
+    with agent_stopped_afterwards():
+        yield
+
+
+def _agent_pid() -> int:
+    from gpugeek_jupyter.detached.connection import connect
+
+    return int(connect().ping()["pid"])
+
+
+def test_an_agent_killed_mid_job_leaves_the_job_failed_with_its_pool_lost_and_no_worker_behind(
+    agent_settings: None,
+) -> None:
+    import gpugeek_jupyter
+    from gpugeek_jupyter.detached import submit_request
+    from gpugeek_jupyter.jobs import cell_request
+    from gpugeek_jupyter.store import get_registry
+
+    pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, name="kept", keep=True)
+    handle = submit_request(pool, cell_request("import time\nprint('up', flush=True)\ntime.sleep(600)", {}))
+    deadline = time.monotonic() + 60
+    while handle.status() != "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    agent = psutil.Process(_agent_pid())
+    workers = [p for p in agent.children(recursive=True) if "python" in p.name()]
+    agent.send_signal(signal.SIGKILL)
+    agent.wait(timeout=10)
+
+    handle.wait(timeout=30)  # swept: the agent is gone
+    record = handle.record()
+    assert record.status.value == "failed" and record.failure_reason == "pool lost", record
+    pool_record = get_registry().pool_by_id(pool.id)
+    assert pool_record.status.value == "lost" and "exited" in (pool_record.reason or ""), pool_record
+    assert all(i.stopped_at is not None for i in get_registry().worker_intervals(pool.id))  # cost stops
+    gone = psutil.wait_procs(workers, timeout=30)[1]
+    assert not gone, f"worker processes outlived the agent: {gone}"
+
+
+def test_a_socket_left_by_a_dead_agent_is_replaced_by_a_new_agent(agent_settings: None) -> None:
+    from gpugeek_jupyter.detached.connection import agent_paths
+
+    path = agent_paths().socket
+    path.parent.mkdir(parents=True, exist_ok=True)
+    left = socket.socket(socket.AF_UNIX)
+    left.bind(str(path))  # a socket file that nobody serves any more
+    left.close()
+    assert path.exists()
+    pid = _agent_pid()
+    assert psutil.pid_exists(pid) and pid != os.getpid()
+
+
+def _start_and_say_pid(registry: str, answers: Any) -> None:
+    os.environ["GPUGEEK_REGISTRY"] = registry
+    answers.put(_agent_pid())
+
+
+def test_two_processes_starting_the_agent_at_once_get_the_same_one(
+    agent_settings: None, isolated_registry: Path
+) -> None:
+    context = multiprocessing.get_context("spawn")
+    answers = context.Queue()
+    starters = [context.Process(target=_start_and_say_pid, args=(str(isolated_registry), answers)) for _ in range(2)]
+    for starter in starters:
+        starter.start()
+    pids = {answers.get(timeout=120) for _ in starters}
+    for starter in starters:
+        starter.join(timeout=30)
+    assert len(pids) == 1, f"two agents started: {pids}"
+    assert _agent_pid() in pids
