@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .record import JobRecord
 
 POLL_S = 0.1  # a waiting job looks at the queue this often
+DETACHED = ", detached"  # ends the submitter label of a job the agent runs for someone (its notebook)
 REDESCRIBE_S = 1.0  # and tells how long the holder has run at most this often
 
 
@@ -54,6 +55,11 @@ def this_submitter() -> Submitter:
     else:
         label = f"pid {pid}"
     return Submitter(label=label, pid=pid, host=socket.gethostname(), started_at=process_started_at(pid))
+
+
+def is_detached(job: JobRow) -> bool:
+    """Whether the agent runs ``job`` for its submitter (no kernel waits for it)."""
+    return (job.submitter or "").endswith(DETACHED)
 
 
 def describe_job(job: JobRow, now: float) -> str:
@@ -151,7 +157,7 @@ class PoolQueue:
         started = time.monotonic()
         submitter = this_submitter()
         if submitted_by is not None:
-            submitter = dataclasses.replace(submitter, label=f"{submitted_by}, detached")
+            submitter = dataclasses.replace(submitter, label=f"{submitted_by}{DETACHED}")
         place: QueuePlace = record.queue(submitter)
         told: tuple[str, ...] | None = None
         told_at = 0.0

@@ -21,6 +21,7 @@ from ..catalog import CPU
 from ..cost import ledger
 from ..dashboards import is_server_route, proxy_available, proxy_path
 from ..errors import NotFoundError
+from ..jobs.pool_queue import is_detached
 from ..spec import PoolSpec
 from ..store import JobRecord, JobStatus, PoolRecord, Registry, WorkerInterval
 
@@ -165,4 +166,5 @@ def make_job_model(record: JobRecord, usd: float | None, now: float, position: i
         "waited_s": round(max(0.0, waited), 3),
         "position": position if record.status is JobStatus.QUEUED else None,
         "submitter": record.submitter,
+        "detached": is_detached(record),
     }

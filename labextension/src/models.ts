@@ -96,6 +96,8 @@ export interface IJobModel {
   position: number | null;
   /** Who submitted it: a notebook, a script or a process. */
   submitter: string | null;
+  /** The user's agent runs it: no kernel waits for it (a detached job). */
+  detached: boolean;
 }
 
 /**

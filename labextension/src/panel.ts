@@ -5,7 +5,7 @@
  * the server does not answer.
  */
 
-import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
+import { Dialog, Notification, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { CommandRegistry } from '@lumino/commands';
 import { Message } from '@lumino/messaging';
 import { IPoll, Poll } from '@lumino/polling';
@@ -22,6 +22,7 @@ import {
   scrollTailsToBottom,
   wantsOutput
 } from './jobView';
+import { endMessage, JobEndWatcher, orderJobs } from './jobEnds';
 import { LaunchForm } from './launchForm';
 import { IJobModel, IPoolMetrics, IPoolModel } from './models';
 import {
@@ -59,6 +60,7 @@ export class GpugeekPanel extends Widget {
   private readonly _recent: KeyedList<IEndedPoolRow>;
   private readonly _older: KeyedList<IEndedPoolRow>;
   private readonly _jobs: KeyedList<IJobModel>;
+  private readonly _jobEnds = new JobEndWatcher();
   /** What each running job's Where button has shown. */
   private readonly _where: JobWhereTracker;
   /** What each shown job's ranks' states and output tail last were. */
@@ -360,7 +362,12 @@ export class GpugeekPanel extends Widget {
     this._recentBody.hidden = !this._recentOpen;
   }
 
-  private _showJobs(jobs: IJobModel[]): void {
+  private _showJobs(listed: IJobModel[]): void {
+    const jobs = orderJobs(listed);
+    for (const job of this._jobEnds.ended(jobs)) {
+      const notify = job.status === 'succeeded' ? Notification.success : Notification.error;
+      notify(endMessage(job), { autoClose: job.status === 'succeeded' ? 8000 : false });
+    }
     if (this._selectedJob !== null && !jobs.some(job => job.id === this._selectedJob)) {
       this._selectedJob = null;
       this._jobRecord = null;

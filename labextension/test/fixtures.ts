@@ -45,6 +45,7 @@ export function makeJob(overrides: Partial<IJobModel> = {}): IJobModel {
     waited_s: 0,
     position: null,
     submitter: 'notebook train.ipynb',
+    detached: false,
     ...overrides
   };
 }
