@@ -8,6 +8,7 @@ every rank's return value included, pickled with cloudpickle. A result larger th
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import cloudpickle
@@ -46,8 +47,10 @@ def save_result(result: JobResult) -> None:
         blob = cloudpickle.dumps(result)
     path = result_path(result.job_id)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.unlink(missing_ok=True)
-    write_private_file(path, blob)
+    partial = path.with_suffix(".partial")  # a reader never sees half a result: it appears whole, renamed
+    partial.unlink(missing_ok=True)
+    write_private_file(partial, blob)
+    os.replace(partial, path)
 
 
 def load_result(job_id: str) -> JobResult | None:

@@ -320,6 +320,7 @@ class JobMagics(Magics):
     @magic_arguments()
     @argument("job", nargs="?", default=None, help="the job's id, as %%gpugeek_jobs lists it")
     @argument("--output", default=None, help="grouped (default past 2 ranks), all, or rank0, as for %%gpugeek_run")
+    @argument("-o", "--out", default=None, metavar="VAR", help="store every rank's value in VAR once the job has ended")
     @line_magic
     def gpugeek_attach(self, line: str) -> None:
         """Example::
@@ -331,7 +332,8 @@ class JobMagics(Magics):
 
         Show a job's output so far, as its cell would have (grouped lines, progress bars at their
         state), then follow it live until it ends; from any kernel of the user, also after the
-        kernel that submitted it died. Interrupting detaches: the job goes on.
+        kernel that submitted it died. Interrupting detaches: the job goes on. ``-o VAR`` stores
+        every rank's value in ``VAR`` once it has ended (``gpugeek_jupyter.job(ID).result().values``).
         """
         from ..detached import job
         from ..jobs.output import output_writer
@@ -341,6 +343,8 @@ class JobMagics(Magics):
         if args.job is None:
             raise UsageError("name the job to attach to (e.g. %gpugeek_attach job-1a2b3c4d; see %gpugeek_jobs)")
         with usage_errors():
+            if args.out is not None and (not args.out.isidentifier() or keyword.iskeyword(args.out)):
+                raise SpecError(field="out", value=args.out, rule="a variable name", example="losses")
             handle = job(args.job)
             record = handle.record()
             mode = _output_mode(args.output, None, record.ranks)
@@ -367,6 +371,13 @@ class JobMagics(Magics):
         status = ended["status"] if ended else final.status.value
         failure = ended["failure"] if ended else final.failure_reason
         print(f"[gpugeek] {handle.id} {status}" + (f": {failure}" if failure else ""))
+        if args.out is not None:
+            from ..detached.results import values_of
+
+            with usage_errors():
+                values = values_of(handle.result())
+            assert self.shell is not None
+            self.shell.user_ns[args.out] = values
         return None
 
     @magic_arguments()

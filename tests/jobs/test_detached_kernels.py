@@ -108,3 +108,22 @@ def test_detached_input_mistakes_are_one_line_errors(agent_env: dict[str, str]) 
     assert python_unknown.error is not None and python_unknown.error["evalue"] == (
         "no job with id 'job-00000000' (see ClusterClient().jobs())"
     ), python_unknown.text
+
+
+def test_interrupting_attach_detaches_and_the_job_goes_on_then_o_stores_its_values(agent_env: dict[str, str]) -> None:
+    with magics_kernel(agent_env) as kernel:
+        _launch_kept(kernel)
+        job_id = _submitted_id(kernel.run(TICKING_CELL, timeout=60))
+        following = kernel.execute(f"%gpugeek_attach {job_id}")
+        time.sleep(3.0)
+        kernel.manager.interrupt_kernel()
+        detached = kernel.collect(following, timeout=30)
+        status = kernel.run(f"import gpugeek_jupyter\ngpugeek_jupyter.job({job_id!r}).status()")
+        again = kernel.run(f"%gpugeek_attach {job_id} -o values", timeout=120)
+        values = kernel.run("values")
+
+    assert detached.error is None, detached.text
+    assert f"[gpugeek] detached from {job_id}: it goes on" in detached.stdout, detached.text
+    assert status.displays[-1]["text/plain"] == "'running'", status.text
+    assert again.error is None and again.stdout.rstrip().endswith(f"[gpugeek] {job_id} succeeded"), again.text
+    assert values.displays[-1]["text/plain"] == "[0, 100]", values.text

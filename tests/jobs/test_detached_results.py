@@ -1,0 +1,53 @@
+"""A detached job's result on disk: whole or absent, 0600, and past ``result_bytes`` kept without its
+values, saying so when they are asked for."""
+
+from __future__ import annotations
+
+import stat
+
+import pytest
+
+from gpugeek_jupyter import config
+from gpugeek_jupyter.detached.results import load_result, result_path, save_result, values_of
+from gpugeek_jupyter.errors import GpugeekError
+from gpugeek_jupyter.jobs.result import JobResult
+from gpugeek_jupyter.store import JobStatus
+
+
+def _result(values: list[object]) -> JobResult:
+    return JobResult(
+        job_id="job-0000abcd",
+        pool="kept",
+        kind="cell",
+        status=JobStatus.SUCCEEDED,
+        returncodes=[0, 0],
+        values=values,
+        duration_s=1.0,
+    )
+
+
+def test_a_result_is_kept_whole_and_private() -> None:
+    save_result(_result([{"loss": 0.29}, {"loss": 0.31}]))
+    path = result_path("job-0000abcd")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert not path.with_suffix(".partial").exists()
+    loaded = load_result("job-0000abcd")
+    assert loaded is not None and values_of(loaded) == [{"loss": 0.29}, {"loss": 0.31}]
+
+
+def test_a_result_past_the_limit_is_kept_without_values_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUGEEK_RESULT_BYTES", "1000")
+    config.set_config(None)
+    save_result(_result([b"x" * 4000, b"y" * 4000]))
+    loaded = load_result("job-0000abcd")
+    assert loaded is not None and loaded.values == [] and loaded.returncodes == [0, 0]
+    with pytest.raises(GpugeekError) as raised:
+        values_of(loaded)
+    message = str(raised.value)
+    assert message.startswith("job 'job-0000abcd' has no values to give back: the ranks' values were ")
+    assert "over the limit of 1000 (GpugeekConfig.result_bytes, GPUGEEK_RESULT_BYTES)" in message
+    assert message.endswith("(e.g. result_bytes=2000)")
+
+
+def test_no_result_is_none() -> None:
+    assert load_result("job-ffffffff") is None
