@@ -35,23 +35,9 @@ class JobQueries(Database):
         ranks: int,
         hyperparams: dict[str, Any] | None = None,
     ) -> JobRecord:
-        """Record a job that starts running now."""
+        """Record a job that runs now, outside any queue (as releases before the queue wrote them)."""
         with self._write() as db:
-            db.execute(
-                "INSERT INTO jobs (id, pool_id, pool_name, kind, code_sha256, hyperparams_json, ranks, status, started_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    job_id,
-                    pool_id,
-                    pool_name,
-                    kind,
-                    code_sha256,
-                    json.dumps(hyperparams or {}, default=str),
-                    ranks,
-                    JobStatus.RUNNING.value,
-                    self.clock(),
-                ),
-            )
+            self._insert(db, job_id, pool_id, pool_name, kind, code_sha256, ranks, hyperparams, JobStatus.RUNNING, None)
         return self.job(job_id)
 
     def queue_job(
@@ -70,30 +56,48 @@ class JobQueries(Database):
         One transaction: a job with nobody ahead is written ``running`` at once (the common case
         costs one write), else ``queued``; :meth:`take_turn` then moves it on when its turn comes.
         """
-        now = self.clock()
         with self._write() as db:
-            db.execute(
-                "INSERT INTO jobs (id, pool_id, pool_name, kind, code_sha256, hyperparams_json, ranks, status,"
-                " started_at, queued_at, submitter, submitter_pid, submitter_host, submitter_started_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    job_id,
-                    pool_id,
-                    pool_name,
-                    kind,
-                    code_sha256,
-                    json.dumps(hyperparams or {}, default=str),
-                    ranks,
-                    JobStatus.QUEUED.value,
-                    now,
-                    now,
-                    submitter.label,
-                    submitter.pid,
-                    submitter.host,
-                    submitter.started_at,
-                ),
+            now = self._insert(
+                db, job_id, pool_id, pool_name, kind, code_sha256, ranks, hyperparams, JobStatus.QUEUED, submitter
             )
             return self._take_turn(db, job_id, pool_id, now)
+
+    def _insert(
+        self,
+        db: Any,
+        job_id: str,
+        pool_id: int,
+        pool_name: str,
+        kind: str,
+        code_sha256: str,
+        ranks: int,
+        hyperparams: dict[str, Any] | None,
+        status: JobStatus,
+        submitter: Submitter | None,
+    ) -> float:
+        now = self.clock()
+        db.execute(
+            "INSERT INTO jobs (id, pool_id, pool_name, kind, code_sha256, hyperparams_json, ranks, status,"
+            " started_at, queued_at, submitter, submitter_pid, submitter_host, submitter_started_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                job_id,
+                pool_id,
+                pool_name,
+                kind,
+                code_sha256,
+                json.dumps(hyperparams or {}, default=str),
+                ranks,
+                status.value,
+                now,
+                now if submitter is not None else None,
+                submitter.label if submitter else None,
+                submitter.pid if submitter else None,
+                submitter.host if submitter else None,
+                submitter.started_at if submitter else None,
+            ),
+        )
+        return now
 
     def take_turn(self, job_id: str, pool_id: int) -> QueuePlace:
         """The place of job ``job_id`` in its pool's queue; with nobody ahead, a queued job is
