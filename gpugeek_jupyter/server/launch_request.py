@@ -27,6 +27,7 @@ _STRING = "a string"
 _NUMBER = "a number"
 _LIST = "a list"
 _OBJECT = "an object"
+_BOOLEAN = "a boolean"
 
 # field -> (what JSON type it takes, whether null is allowed, a valid example)
 LAUNCH_FIELDS: dict[str, tuple[str, bool, Any]] = {
@@ -51,6 +52,7 @@ LAUNCH_FIELDS: dict[str, tuple[str, bool, Any]] = {
     "constraint": (_STRING, True, "a100"),
     "sbatch_directives": (_LIST, True, ["--exclusive"]),
     "prologue": (_STRING, True, "module load cuda/12.4"),
+    "keep": (_BOOLEAN, True, True),  # the user's agent owns the pool (not a PoolSpec field: who owns it)
 }
 
 _MULTILINE = {"prologue"}  # shell lines: newlines and tabs are its text, other control characters are not
@@ -77,7 +79,7 @@ def parse_launch_body(body: bytes) -> dict[str, Any]:
     phrased for JSON."""
     with phrased_for(Surface.SERVER):
         options = typed_body(body, LAUNCH_FIELDS, "launch request", _BODY_EXAMPLE, multiline=_MULTILINE)
-        PoolSpec.create(**options)  # the values' rules, phrased here; the service builds its own spec
+        PoolSpec.create(**{k: v for k, v in options.items() if k != "keep"})  # the values' rules, phrased here; the service builds its own spec
     return options
 
 

@@ -137,12 +137,18 @@ class GpugeekService:
         self.registry.mark_lost_pools(self.config.lost_after_seconds)
 
     def launch(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Validate ``options``, start the pool in this process, return it once it is registered."""
+        """Validate ``options``, start the pool in this process (with ``"keep": true``, in the user's
+        agent), return it once it is registered."""
+        options = dict(options)
+        keep = bool(options.pop("keep", False))
         spec = PoolSpec.create(**options)
         before = self.registry.newest_pool_id()
         done: Future[None] = Future()
         thread = threading.Thread(
-            target=self._launch_in_background, args=(spec, done), name=f"gpugeek-launch-{spec.name}", daemon=True
+            target=self._launch_in_background,
+            args=(spec, done, keep),
+            name=f"gpugeek-launch-{spec.name}",
+            daemon=True,
         )
         with self._launches_lock:
             for finished in [n for n, f in self._launches.items() if f.done()]:
@@ -151,7 +157,7 @@ class GpugeekService:
         thread.start()
         deadline = time.monotonic() + REGISTRATION_TIMEOUT_S
         while True:
-            record = self._registered(spec.name, before)
+            record = self._registered(spec.name, before, keep)
             if record is not None:
                 return {"pool": self._pool_model(record)}
             if done.done():
@@ -162,15 +168,24 @@ class GpugeekService:
                 raise GpugeekError(f"pool '{spec.name}' was not registered within {REGISTRATION_TIMEOUT_S:.0f} s")
             time.sleep(0.02)
 
-    def _registered(self, name: str, after_id: int) -> PoolRecord | None:
+    def _registered(self, name: str, after_id: int, kept: bool = False) -> PoolRecord | None:
+        from ..detached.service import AGENT_OWNER
+
         for record in self.registry.pools_named(name, after_id):
+            if kept and record.owner.startswith(AGENT_OWNER):
+                return record
             if record.owner == self.manager.owner and record.owner_pid == os.getpid():
                 return record
         return None
 
-    def _launch_in_background(self, spec: PoolSpec, done: Future[None]) -> None:
+    def _launch_in_background(self, spec: PoolSpec, done: Future[None], keep: bool = False) -> None:
         try:
-            self.manager.launch(spec)
+            if keep:
+                from ..detached import launch_kept
+
+                launch_kept(spec)
+            else:
+                self.manager.launch(spec)
         except BaseException as e:  # the registry records the failure; the panel shows its reason
             user_mistake = isinstance(e, GpugeekError) and e.http_status < 500
             log.log(logging.INFO if user_mistake else logging.WARNING, "pool %s failed to launch: %s", spec.name, e)

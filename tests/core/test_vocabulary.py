@@ -197,10 +197,6 @@ ONLY_ON: dict[tuple[str, str], tuple[set[str], str]] = {
 
 # Known gaps, to close (and then to delete from here): (operation, option) -> (surfaces it is on, what is missing)
 NOT_YET: dict[tuple[str, str], tuple[set[str], str]] = {
-    ("launch a pool", "keep"): (
-        {MAGIC, PYTHON},
-        'POST /gpugeek/pools has no "keep" yet: the server does not launch through the agent',
-    ),
     ("list pools", "live"): ({MAGIC}, "%gpugeek_pools --live is list_pools(live_only=True) and ?state=live"),
     ("list pools", "all"): ({MAGIC}, "%gpugeek_pools --all is list_pools() and, ended pools only, ?state=ended"),
     ("list pools", "live_only"): ({PYTHON}, "list_pools(live_only=True) is --live and ?state=live"),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,3 +107,25 @@ async def test_a_job_on_a_pool_that_is_not_kept_is_refused_saying_how(
         'pool "test-pool" ends with the process that launched it, and a detached job with it; '
         "run detached jobs on a kept pool"
     ), reply
+
+
+async def test_a_pool_launched_with_keep_through_rest_belongs_to_the_agent(
+    api: Fetch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugeek_jupyter.store import get_registry
+
+    monkeypatch.setenv("GPUGEEK_AGENT_IDLE", "60")
+    with agent_stopped_afterwards():
+        status, body = await api(
+            "POST", "pools", body={"gpu_type": "cpu", "count": 1, "name": "kept-rest", "keep": True}
+        )
+        assert status == 201, body
+        record = get_registry().latest_pool("kept-rest")
+        assert record.owner.startswith("gpugeek agent (pid ") and record.owner_pid != os.getpid()
+        status, body = await api("DELETE", "pools", "kept-rest")
+        assert status == 200 and body["pool"]["status"] == "stopped", body
+    status, reply = await api("POST", "pools", body={"gpu_type": "cpu", "count": 1, "keep": "yes"})
+    assert (
+        status == 400
+        and reply["message"] == '"keep" must be a boolean or null, got "yes" (a string) (e.g. "keep": true)'
+    )
