@@ -636,7 +636,8 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob) 
 
 
 def compile_cell(source: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:
-    """The cell's statements, and its last expression separately when it ends with one.
+    """The cell's statements, and its last expression separately when it ends with one whose value
+    is shown (not ``x;``: IPython's quiet line, whose value then never travels back).
 
     Compiled anew at every run, as IPython compiles a notebook cell: code objects reused with a
     fresh namespace would meet torch.compile's per-code-object cache, whose compiled function was
@@ -644,9 +645,11 @@ def compile_cell(source: str, filename: str) -> tuple[types.CodeType, types.Code
     """
     import ast
 
+    from .cell_source import ends_with_semicolon
+
     tree = ast.parse(source, filename=filename)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not ends_with_semicolon(source):
         last = ast.Expression(tree.body[-1].value)
         tree.body.pop()
     body = compile(tree, filename, "exec")

@@ -498,13 +498,9 @@ def _job_env(assignments: list[str]) -> dict[str, str]:
 
 
 def _ends_with_expression(cell: str) -> bool:
-    import ast
+    from ..jobs.cell_source import shows_value
 
-    try:
-        body = ast.parse(cell).body
-    except SyntaxError:
-        return False
-    return bool(body) and isinstance(body[-1], ast.Expr)
+    return shows_value(cell)
 
 
 class _WaitDisplay:
