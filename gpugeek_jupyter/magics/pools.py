@@ -43,8 +43,29 @@ class PoolCardUpdater(PoolLifecyclePlugin):
             manager.unregister_plugin(self.name)
 
 
-def pool_table(records: list[Any]) -> Any:
-    """A pandas DataFrame with one row per pool record."""
+DETAIL_COLUMNS = ["autoscale", "pending", "decision"]
+
+
+def autoscale_details(records: list[Any]) -> dict[int, dict[str, str]]:
+    """Pool id -> the rule, the pending work and the last decision of its autoscaling in this process
+    (pools without autoscaling are not in it)."""
+    from ..pools.autoscale import autoscaling_of
+
+    path = get_pool_manager().registry.path
+    details = {}
+    for record in records:
+        scaling = autoscaling_of(record, path)
+        if scaling is not None:
+            details[record.id] = {
+                "autoscale": "; ".join(scaling.rules()),
+                "pending": "; ".join(scaling.pending()),
+                "decision": "; ".join(scaling.decisions()),
+            }
+    return details
+
+
+def pool_table(records: list[Any], detail: bool = False) -> Any:
+    """A pandas DataFrame with one row per pool record; ``detail``: with its autoscaling's columns."""
     import datetime as dt
 
     import pandas as pd
@@ -62,7 +83,13 @@ def pool_table(records: list[Any]) -> Any:
         }
         for r in records
     ]
-    return pd.DataFrame(rows, columns=["name", "status", "backend", "gpus", "owner", "created", "dashboard", "reason"])
+    columns = ["name", "status", "backend", "gpus", "owner", "created", "dashboard", "reason"]
+    if detail:
+        details = autoscale_details(records)
+        for row, record in zip(rows, records):
+            row.update(details.get(record.id, dict.fromkeys(DETAIL_COLUMNS, "")))
+        columns += DETAIL_COLUMNS
+    return pd.DataFrame(rows, columns=columns)
 
 
 @magics_class
@@ -226,6 +253,11 @@ class PoolMagics(Magics):
     @magic_arguments()
     @argument("--live", action="store_true", help="only pools that are starting, ready or stopping")
     @argument("--all", action="store_true", help="the whole history, every pool ever recorded")
+    @argument(
+        "--detail",
+        action="store_true",
+        help="for pools this kernel autoscales: the rule, what is pending (tasks, queued ranks) and the last decision",
+    )
     @line_magic
     def gpugeek_pools(self, line: str) -> Any:
         """Example::
@@ -239,14 +271,25 @@ class PoolMagics(Magics):
         by default live pools and those that ended in the last 24 hours, oldest first; ``--live``
         for live pools only, ``--all`` for every pool ever recorded. A live pool's dashboard is the
         Jupyter server's route to it, behind the Jupyter login; an ended pool has none.
+
+        ``--detail`` adds, for each pool this kernel autoscales
+        (``gpugeek_jupyter.pools.autoscale.autoscale(pool, policy)``), its rule, what is pending (dask
+        tasks and the ranks of its queued jobs) as of the last check and its last decision::
+
+            In [2]: %gpugeek_pools --live --detail
+            Out[2]:
+              name status ... autoscale                                          pending                             decision
+            0  dev  ready ... > 1 pending adds 2, min 1, max 3, idle 60 s  2 pending: 2 ranks of queued jobs  3 workers, a job runs: every worker is busy; last change 1 -> 3 (2 pending: 2 ranks of queued jobs) 4 s ago
+
+        Pools without autoscaling here have those columns empty.
         """
         args = parse_options(self.gpugeek_pools, line, "--live")
         if args.live and args.all:
             raise UsageError("pass --live or --all, not both (e.g. %gpugeek_pools --all)")
         with usage_errors():
             if args.live or args.all:
-                return pool_table(list_pools(live_only=args.live))
-            return pool_table(recent_pools())
+                return pool_table(list_pools(live_only=args.live), detail=args.detail)
+            return pool_table(recent_pools(), detail=args.detail)
 
     @magic_arguments()
     @pool_arguments("to make current (a running pool, see %%gpugeek_pools)")

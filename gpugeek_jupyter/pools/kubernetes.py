@@ -495,17 +495,19 @@ class KubernetesWorkerGroup:
 
 
 def autoscale_pool(pool: Pool, policy: AutoscalePolicy | GroupPolicies | None = None) -> list[GroupAdaptive]:
-    """Autoscale each worker group of a kubernetes pool this process owns (stop with ``.stop()``).
+    """Autoscale each worker group of a kubernetes pool this process owns (stop with ``.stop()``);
+    the pool's queued jobs count as pending work and its running job keeps every worker busy.
+    :func:`~gpugeek_jupyter.pools.autoscale.autoscale` calls this for kubernetes pools.
 
     >>> from gpugeek_jupyter.pools.autoscale import AutoscalePolicy, GroupPolicies     # doctest: +SKIP
     >>> autoscale_pool(pool, GroupPolicies(by_group={"spot": AutoscalePolicy(maximum=16),
     ...                                               "default": AutoscalePolicy(minimum=2, maximum=2)}))
     """
-    from .autoscale import adapt_groups
+    from .autoscale import adapt_groups, pool_queue_reader
 
     if pool.spec.backend != "kubernetes" or pool.cluster is None or not pool.spec.namespace:
         raise GpugeekError(
             f"pool '{pool.name}' is not a kubernetes pool owned by this kernel; autoscale it where it was launched"
         )
     groups = [KubernetesWorkerGroup(pool.name, pool.spec.namespace, g) for g in pool.running.worker_groups]
-    return adapt_groups(pool.cluster, groups, policy)
+    return adapt_groups(pool.cluster, groups, policy, queue=pool_queue_reader(pool))

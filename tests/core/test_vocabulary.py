@@ -189,6 +189,11 @@ ONLY_ON: dict[tuple[str, str], tuple[set[str], str]] = {
         "the magic takes a pool's GPU type and count as defaults; compare_owned takes them directly",
     ),
     ("compare owning with renting", "out"): ({MAGIC}, "-o/--out stores the result in a notebook variable"),
+    ("list pools", "detail"): (
+        {MAGIC},
+        "shows the autoscaling this kernel runs for its pools; Python reads it from the Autoscaling that "
+        "pools.autoscale.autoscale(pool, policy) returns (.rules(), .pending(), .decisions())",
+    ),
     ("compare owning with renting", "price_file"): (
         {PYTHON},
         "a price file for one call; the magic reads GpugeekConfig.price_file (GPUGEEK_PRICE_FILE)",

@@ -1,8 +1,10 @@
-"""The autoscaling rule: more than 10 pending tasks add 2 workers; idle workers go after a cooldown.
+"""The autoscaling rule: more than 10 pending tasks (or ranks of queued jobs) add 2 workers; idle
+workers go after a cooldown, never while a job runs.
 
 The rule is tested as a pure function with explicit clocks, then for real on a dask LocalCluster
 (in-process workers, so a scale-up takes milliseconds): slow tasks are submitted and the group is
-watched growing 2 workers at a time and shrinking again once idle.
+watched growing 2 workers at a time and shrinking again once idle. Real pools with real jobs in
+their queue: ``tests/jobs/test_autoscaled_pools.py``, ``tests/slurm/test_slurm_autoscale.py``.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from gpugeek_jupyter.pools.autoscale import (
     AutoscalePolicy,
     GroupAdaptive,
     GroupPolicies,
+    QueueLoad,
     SpecClusterGroup,
+    SpecClusterWorkers,
     _scheduler_probe,
     adapt_groups,
     decide,
+    describe_pending,
 )
 
 RULE = AutoscalePolicy(pending_threshold=10, step=2, idle_cooldown=60, minimum=0, maximum=8)
@@ -73,6 +78,45 @@ def test_the_group_never_shrinks_below_its_minimum_and_grows_back_to_it() -> Non
     assert (shrink.target, len(shrink.close)) == (1, 1)
     grow = decide(keep_one, now=1000.0, pending=0, planned=0, arriving=0, idle_since={}, last_scale_up=None)
     assert grow.target == 1
+
+
+def test_ranks_of_queued_jobs_count_as_pending_work() -> None:
+    assert rule(pending=0, queued_ranks=11, planned=2) == (4, ())
+    assert rule(pending=6, queued_ranks=5, planned=2) == (4, ())
+
+
+def test_ten_pending_tasks_and_queued_ranks_together_are_not_enough_to_scale_up() -> None:
+    assert rule(pending=4, queued_ranks=6, planned=2) == (2, ())
+
+
+def test_queued_ranks_keep_idle_workers_as_pending_tasks_do() -> None:
+    assert rule(queued_ranks=1, planned=2, idle_since={"w1": 0.0, "w2": 0.0}) == (2, ())
+
+
+def test_no_worker_is_idle_while_a_job_of_the_pool_runs() -> None:
+    assert rule(busy=True, planned=3, idle_since={"w1": 0.0, "w2": 0.0, "w3": 0.0}) == (3, ())
+
+
+def test_a_running_job_still_scales_up_for_the_queue_behind_it() -> None:
+    assert rule(busy=True, queued_ranks=16, planned=4) == (6, ())
+
+
+def test_a_running_job_on_a_group_below_its_count_grows_it_at_once_up_to_the_maximum() -> None:
+    to_zero = AutoscalePolicy(minimum=0, maximum=8, pending_threshold=10)
+    decision = decide(
+        to_zero, now=0.0, pending=0, planned=0, arriving=0, idle_since={}, last_scale_up=None, busy=True, needed=2
+    )
+    assert (decision.target, decision.reason) == (2, "a running job waits for 2 workers")
+    capped = decide(
+        to_zero, now=0.0, pending=0, planned=0, arriving=0, idle_since={}, last_scale_up=None, busy=True, needed=12
+    )
+    assert capped.target == 8
+
+
+def test_pending_work_is_described_by_where_it_waits() -> None:
+    assert describe_pending(1, 2) == "3 pending: 1 task, 2 ranks of queued jobs"
+    assert describe_pending(0, 1) == "1 pending: 1 rank of queued jobs"
+    assert describe_pending(0, 0) == "0 pending"
 
 
 def test_an_impossible_policy_is_refused_with_an_example() -> None:
@@ -170,6 +214,24 @@ def test_each_group_scales_on_its_own(cluster: LocalCluster) -> None:
         assert ups(adaptive_spot)[:2] == [2, 4]
     for adaptive in (adaptive_reserved, adaptive_spot):
         adaptive.stop()
+
+
+def test_workers_stay_while_the_queue_says_a_job_runs_and_go_after_the_cooldown_once_none_does(
+    cluster: LocalCluster,
+) -> None:
+    policy = AutoscalePolicy(minimum=0, maximum=4, pending_threshold=1, idle_cooldown=0.3, interval=0.05)
+    queue = {"now": QueueLoad(queued_ranks=2, running=True)}  # what the pool's registry rows would say
+    group = SpecClusterWorkers(cluster)
+    [adaptive] = adapt_groups(cluster, [group], policy, queue=lambda: queue["now"])
+    sizes_until(adaptive, lambda: len(cluster.scheduler_info["workers"]) == 4)
+    assert group.requested() == {"0", "1", "2", "3"}  # named as the cluster names its own workers
+    queue["now"] = QueueLoad(running=True)  # the queue is empty, a job still runs
+    time.sleep(10 * policy.idle_cooldown)
+    assert len(group.requested()) == 4
+    assert not [e for _, e in adaptive.log if e["status"] == "down"]
+    queue["now"] = QueueLoad()
+    sizes_until(adaptive, lambda: not group.requested())
+    adaptive.stop()
 
 
 def test_scaling_down_never_loses_a_result_the_client_holds(cluster: LocalCluster) -> None:
