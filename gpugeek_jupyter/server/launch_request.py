@@ -79,7 +79,9 @@ def parse_launch_body(body: bytes) -> dict[str, Any]:
     phrased for JSON."""
     with phrased_for(Surface.SERVER):
         options = typed_body(body, LAUNCH_FIELDS, "launch request", _BODY_EXAMPLE, multiline=_MULTILINE)
-        PoolSpec.create(**{k: v for k, v in options.items() if k != "keep"})  # the values' rules, phrased here; the service builds its own spec
+        PoolSpec.create(
+            **{k: v for k, v in options.items() if k != "keep"}
+        )  # the values' rules, phrased here; the service builds its own spec
     return options
 
 
