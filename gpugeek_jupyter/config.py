@@ -122,7 +122,9 @@ class GpugeekConfig(Configurable):
         "the result is kept without its values and says so. Env: GPUGEEK_RESULT_BYTES.",
     ).tag(config=True)
     job_logs_keep = Integer(
-        500, help="Jobs whose logs are kept; the oldest are removed as new ones start. Env: GPUGEEK_JOB_LOGS_KEEP."
+        500,
+        help="Jobs whose logs are kept; the oldest are removed in the background as new ones are written. "
+        "Env: GPUGEEK_JOB_LOGS_KEEP.",
     ).tag(config=True)
     log_level = CaselessStrEnum(
         ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],

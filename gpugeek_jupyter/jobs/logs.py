@@ -4,7 +4,13 @@ Each job's ranks write to ``<job_logs_dir>/<job id>/rank-<N>.log`` as their outp
 the notebook shows (grouped, rank 0 only, or nothing with ``--no-stream``). A rank's file keeps its
 first and last ``job_log_bytes / 2`` bytes, with one line in between saying how much was left out,
 so a long run keeps its start and its end (where a traceback is). Only the newest
-``job_logs_keep`` jobs' folders are kept; older ones are removed when a job starts.
+``job_logs_keep`` jobs' folders are kept: the older ones are removed on a housekeeping thread, never
+on the job's path (a job's cost does not grow with the number of jobs kept).
+
+The ranks' states are for readers in other processes (the side panel's job view, through
+:meth:`JobLogs.states`): a job that runs longer than ``FLUSH_S`` writes them to ``ranks.json`` then
+and at its end; a shorter one has its final states in its registry row only. A job that printed
+nothing makes no folder.
 
 >>> JobLogs.read("job-3f2a9c7b", rank=1)    # doctest: +SKIP
 'epoch 0: loss 0.91\\n...'
@@ -12,12 +18,15 @@ so a long run keeps its start and its end (where a traceback is). Only the newes
 
 from __future__ import annotations
 
+import concurrent.futures
+import itertools
 import json
 import logging
 import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -28,6 +37,7 @@ log = logging.getLogger(__name__)
 MEMORY_CHARS = 1_000_000  # kept per rank in memory for JobResult.output
 FLUSH_S = 0.5  # a rank's log reaches the disk at least this often while the job runs
 STATES_FILE = "ranks.json"  # each rank's state while the job runs and after: running, done, failed, ...
+PRUNE_LISTING_JOBS = 100  # the logs folder is listed again after this many jobs (other processes' jobs count)
 
 
 def logs_root() -> Path:
@@ -148,21 +158,30 @@ class JobLogs:
         config = get_config()
         self.job_id = job_id
         self.limit = max(1024, int(config.job_log_bytes))
-        self.directory = logs_root() / job_id
+        self.keep = max(1, int(config.job_logs_keep))
+        self.directory = logs_root() / job_id  # made at the first write: a quiet short job makes none
+        self._made = False
         self._ranks: dict[int, _RankLog] = {}
         self._memory: dict[int, list[str]] = {}
         self._memory_chars: dict[int, int] = {}
         self._lock = threading.RLock()
         self._states: dict[int, str] = {}
+        self._states_written: dict[int, str] | None = None  # what ranks.json says (None: not written)
         self._disk_failed = not on_disk
-        if not on_disk:
+
+    def _make_directory(self) -> None:
+        if self._made:
             return
         try:
+            self.directory.mkdir(mode=0o700)
+        except FileNotFoundError:  # the first job here
             self.directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # logs are the user's output
             self.directory.mkdir(mode=0o700, exist_ok=True)
-            _prune(self.directory.parent, keep=max(1, int(config.job_logs_keep)), current=self.directory)
-        except OSError as e:
-            self._give_up_disk(e)
+        except FileExistsError:
+            pass
+        self._made = True
+        with _writing_lock:
+            _writing.add(self.directory)
 
     def write(self, rank: int, text: str) -> None:
         with self._lock:
@@ -174,6 +193,7 @@ class JobLogs:
                 return
             try:
                 if rank not in self._ranks:
+                    self._make_directory()
                     self._ranks[rank] = _RankLog(self.directory / f"rank-{rank}.log", self.limit)
                 self._ranks[rank].write(text)
             except OSError as e:
@@ -190,6 +210,8 @@ class JobLogs:
             return "".join(self._memory.get(rank, []))
 
     def close(self) -> None:
+        """Finish every rank's file; a states file written while the job ran is brought up to date
+        (a job that wrote none has its final states in its registry row, see :meth:`states`)."""
         with self._lock:
             for rank_log in self._ranks.values():
                 try:
@@ -197,30 +219,53 @@ class JobLogs:
                 except OSError as e:
                     log.warning("job %s: could not finish the log of a rank: %s", self.job_id, e)
             self._ranks.clear()
+            if self._states_written is not None:
+                self.write_states()
+            if self._made:  # a new folder: the oldest beyond job_logs_keep go, off the job's path
+                with _writing_lock:
+                    _writing.discard(self.directory)
+                _housekeeping(_prune_task(self.directory, self.keep))
+                self._made = False
 
     def _give_up_disk(self, error: OSError) -> None:
         self._disk_failed = True
         log.warning("job %s: its ranks' logs are not kept on disk (%s): %s", self.job_id, self.directory, error)
 
-    def set_states(self, states: dict[int, str]) -> None:
+    def set_states(self, states: dict[int, str], write: bool = True) -> None:
         """Record ranks' states (``running``, ``done``, ``failed``, ``stopped``, ``died``) for readers
-        in other processes (the side panel's job view)."""
+        in other processes (the side panel's job view); ``write=False`` keeps them for the next
+        :meth:`write_states` (a short job writes its file once, when it ends)."""
         with self._lock:
-            if self._disk_failed:
-                return
             self._states.update(states)
+            if write:
+                self.write_states()
+
+    def write_states(self) -> None:
+        """Write the ranks' states recorded so far (nothing when the file already says them)."""
+        with self._lock:
+            if self._disk_failed or self._states == self._states_written:
+                return
+            text = json.dumps({str(r): s for r, s in sorted(self._states.items())})
             try:
-                scratch = self.directory / f".{STATES_FILE}.{os.getpid()}"
-                scratch.write_text(json.dumps({str(r): s for r, s in sorted(self._states.items())}))
-                scratch.replace(self.directory / STATES_FILE)  # readers never see half a file
+                self._make_directory()
+                scratch = os.path.join(self.directory, f".{STATES_FILE}.{os.getpid()}")
+                with open(scratch, "w", encoding="utf-8") as file:
+                    file.write(text)
+                os.replace(scratch, os.path.join(self.directory, STATES_FILE))  # readers never see half a file
             except OSError as e:
                 self._give_up_disk(e)
+                return
+            self._states_written = dict(self._states)
 
     @staticmethod
     def states(job_id: str) -> dict[int, str]:
-        """The ranks' states of job ``job_id`` as its driver last recorded them ({} when none)."""
+        """The ranks' states of job ``job_id`` as its driver last recorded them ({} when none): its
+        ``ranks.json`` (a job that ran longer than ``FLUSH_S``), else the final states in its
+        registry row (a short job's only record of them)."""
         try:
             raw = json.loads((logs_root() / job_id / STATES_FILE).read_text())
+        except FileNotFoundError:
+            raw = _recorded_states(job_id)
         except (OSError, ValueError):
             return {}
         return {int(rank): str(state) for rank, state in raw.items()}
@@ -264,11 +309,111 @@ class JobLogs:
         return sorted(int(r) for r in found if r.isdigit())
 
 
-def _prune(root: Path, keep: int, current: Path) -> None:
-    """Remove the oldest job folders beyond ``keep``."""
-    folders = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("job-") and p != current]
-    if len(folders) < keep:
-        return
-    folders.sort(key=lambda p: p.stat().st_mtime)
-    for old in folders[: len(folders) - keep + 1]:
-        shutil.rmtree(old, ignore_errors=True)
+def rank_state(status: str) -> str:
+    """A rank's state as readers see it (``done``, ``failed``, ``stopped``, ``died``, ``killed``) from
+    its report's status (:class:`~.result.RankReport`)."""
+    return {"ok": "done", "cancelled": "stopped"}.get(status, status)
+
+
+def _recorded_states(job_id: str) -> dict[str, str]:
+    import sqlite3
+
+    from ..errors import GpugeekError
+    from ..store import get_registry
+
+    try:
+        summary = get_registry().job(job_id).summary or {}
+    except (GpugeekError, sqlite3.Error, OSError) as e:  # no such job, or no registry to read
+        log.debug("job %s: no recorded states: %s", job_id, e)
+        return {}
+    states = summary.get("states")
+    return dict(states) if isinstance(states, dict) else {}
+
+
+# -- housekeeping: off the job's path ---------------------------------------------------------------
+class _Pruner:
+    """Keeps the newest ``keep`` job folders of one logs folder, at a constant cost per job.
+
+    The folder is listed (and its folders' times read) at this process's first job there and again
+    every ``PRUNE_LISTING_JOBS`` jobs, so that other processes' jobs count too; in between, a new job
+    is appended to the list kept here, and past ``keep`` the oldest folders go, never one that a
+    job of this process is still writing.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.folders: dict[str, None] = {}  # folder names, oldest first
+        self.jobs_since_listing: int | None = None  # None: not listed yet
+
+    def added(self, name: str, keep: int) -> None:
+        if self.jobs_since_listing is None or self.jobs_since_listing >= PRUNE_LISTING_JOBS:
+            self._list()  # it may find jobs whose own turn here is still to come: they stay where listed
+        else:
+            self.jobs_since_listing += 1
+        if name not in self.folders and (self.root / name).is_dir():  # not one removed meanwhile
+            self.folders[name] = None  # the newest
+        excess = len(self.folders) - keep
+        if excess <= 0:
+            return
+        with _writing_lock:
+            writing = {folder.name for folder in _writing if folder.parent == self.root}
+        for oldest in list(itertools.islice(self.folders, excess + len(writing))):
+            if excess <= 0:
+                break
+            if oldest in writing:
+                continue
+            del self.folders[oldest]
+            shutil.rmtree(self.root / oldest, ignore_errors=True)
+            excess -= 1
+
+    def _list(self) -> None:
+        found: list[tuple[int, str]] = []
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                if entry.name.startswith("job-") and entry.is_dir(follow_symlinks=False):
+                    try:
+                        found.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
+                    except FileNotFoundError:  # removed meanwhile (another process pruned it)
+                        continue
+        found.sort()
+        self.folders = dict.fromkeys(name for _, name in found)
+        self.jobs_since_listing = 0
+
+
+_writing: set[Path] = set()  # job folders this process's JobLogs write now: never pruned
+_writing_lock = threading.Lock()
+_pruners: dict[Path, _Pruner] = {}
+_executor: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None  # (pid, its one thread)
+_executor_lock = threading.Lock()
+
+
+def _prune_task(directory: Path, keep: int) -> Callable[[], None]:
+    def prune() -> None:
+        pruner = _pruners.get(directory.parent)
+        if pruner is None:
+            pruner = _pruners[directory.parent] = _Pruner(directory.parent)
+        pruner.added(directory.name, keep)
+
+    return prune
+
+
+def _housekeeping(task: Callable[[], None]) -> concurrent.futures.Future[None]:
+    """Run ``task`` on this process's job-logs housekeeping thread (one, in submission order); its
+    failure is logged, never raised."""
+    global _executor
+
+    def logged() -> None:
+        try:
+            task()
+        except OSError as e:
+            log.warning("job logs: old jobs' logs could not be removed: %s", e)
+
+    with _executor_lock:
+        if _executor is None or _executor[0] != os.getpid():  # a forked child has no thread of ours
+            _executor = (os.getpid(), concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpugeek-job-logs"))
+        return _executor[1].submit(logged)
+
+
+def wait_for_housekeeping(timeout: float | None = None) -> None:
+    """Return once the job-logs housekeeping submitted so far has run (old jobs' folders removed)."""
+    _housekeeping(lambda: None).result(timeout)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..store import JobStatus, QueuePlace, Submitter
+from .logs import rank_state
 from .request import JobRequest
 from .result import JobResult
 
@@ -86,6 +87,7 @@ class JobRecord:
             summary={
                 "duration_s": round(result.duration_s, 4),
                 "failed_rank": result.failed_rank,
+                "states": {str(r.rank): rank_state(r.status) for r in result.ranks},  # JobLogs.states reads them
                 **({"where": result.where} if result.where else {}),
                 **({"sizes": result.sizes} if len(result.sizes) > 1 else {}),
             },

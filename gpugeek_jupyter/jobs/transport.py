@@ -85,18 +85,23 @@ class PoolTransport:
         """Run ``function(*args)`` on each worker; each answer (or the error that replaced it when
         the worker died) arrives on ``events`` as a :class:`~.events.RankAnswered`."""
 
+        from distributed.protocol.pickle import dumps
+
+        pickled = (dumps(function), dumps(args), dumps({}))  # once for every rank: they start closer together
+
         async def launch_all() -> None:  # one wake-up of the event loop for all ranks
             for address in addresses:
-                task = asyncio.ensure_future(self._call(address, function, *args))
+                task = asyncio.ensure_future(self._call(address, function, *args, pickled=pickled))
                 task.add_done_callback(functools.partial(_post_answer, events, address))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
         asyncio.run_coroutine_threadsafe(launch_all(), self._loop())
 
-    async def _call(self, address: str, function: Callable[..., Any], *args: Any) -> Any:
+    async def _call(
+        self, address: str, function: Callable[..., Any], *args: Any, pickled: tuple[bytes, bytes, bytes]
+    ) -> Any:
         from distributed.core import clean_exception, send_recv
-        from distributed.protocol.pickle import dumps
 
         if address not in self._unreachable:
             try:
@@ -118,8 +123,9 @@ class PoolTransport:
             else:
                 self._reached.add(address)
                 try:
+                    function_blob, args_blob, kwargs_blob = pickled
                     response = await send_recv(
-                        comm, op="run", function=dumps(function), args=dumps(args), kwargs=dumps({}), wait=True
+                        comm, op="run", function=function_blob, args=args_blob, kwargs=kwargs_blob, wait=True
                     )
                 finally:
                     self.client.rpc.reuse(address, comm)

@@ -27,7 +27,7 @@ from .events import (
     WorkerRemoved,
 )
 from .layout import Layout
-from .logs import JobLogs
+from .logs import FLUSH_S, JobLogs, rank_state
 from .output import format_ranks
 from .payload import RankOutcome
 from .process_group import ProcessGroup
@@ -88,7 +88,9 @@ class AttemptWatch:
         self.peer_check = Deadline(time.monotonic() + PEER_CHECK_S if self.partial else None)
         self.in_collective_since: dict[str, float] = {}
         self.where: str | None = None  # where the ranks were when the job was timed out or stuck
-        logs.set_states({slot.rank: "running" for slot in self.slots})
+        # the ranks' states reach the disk at the end, and before only when the attempt lasts (see .logs)
+        logs.set_states({slot.rank: "running" for slot in self.slots}, write=False)
+        self.states_due = Deadline(time.monotonic() + FLUSH_S)
         self.ended: list[int] = []  # ranks that reported a failure, in order
         self.received: dict[int, int] = {}  # output events seen per rank
         self.stopping: StopCause | None = None
@@ -123,6 +125,9 @@ class AttemptWatch:
         if event is not None:
             self._handle(event)
         now = time.monotonic()
+        if self.states_due.due(now):  # a job that lasts: readers see its ranks running from now on
+            self.states_due.at = None
+            self.logs.write_states()
         if self.stopping is None and self.timeout_at.due(now):
             self._time_out()
         if self.stopping is None and self.peer_check.due(now):
@@ -137,6 +142,8 @@ class AttemptWatch:
     def _wake_at(self, now: float) -> float:
         """The nearest of the watch's deadlines (at most ``TICK_S`` away)."""
         wake = [now + TICK_S, *self.escalation.wake_times(self.pending)]
+        if self.states_due.at is not None:
+            wake.append(self.states_due.at)
         if self.stopping is None:
             wake += [d.at for d in (self.timeout_at, self.peer_check) if d.at is not None]
         return min(wake)
@@ -230,7 +237,9 @@ class AttemptWatch:
         if isinstance(answer, RankOutcome):
             self.gone.discard(address)  # it answered: its process is alive
             done = {"ok": "done", "cancelled": "stopped", "busy": "failed", "stale": "stopped"}
-            self.logs.set_states({answer.rank: done.get(answer.status, answer.status)})
+            self.logs.set_states(
+                {answer.rank: done.get(answer.status, answer.status)}, write=self.states_due.at is None
+            )
             for stream, text in answer.output:  # --no-stream: shown now, in one piece
                 self._show(answer.rank, stream, text)
             if answer.status != "ok":
@@ -340,8 +349,8 @@ class AttemptWatch:
     def outcome(self) -> AttemptResult:
         result = self._outcome()
         result.where = self.where
-        states = {"ok": "done", "cancelled": "stopped"}
-        self.logs.set_states({rank: states.get(r.status, r.status) for rank, r in result.ranks.items()})
+        # on disk only if the attempt's states were written while it ran; else in the job's row
+        self.logs.set_states({rank: rank_state(r.status) for rank, r in result.ranks.items()}, write=False)
         return result
 
     def _outcome(self) -> AttemptResult:

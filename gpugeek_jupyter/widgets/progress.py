@@ -48,7 +48,8 @@ WIDGET_INTERVAL_S = 0.1  # a bar's widget is redrawn at most this often (and at 
 
 def progress_display(mode: str | None = None, world_size: int = 1) -> ProgressCallback:
     """The ``on_progress`` callback for a job of ``world_size`` ranks: widget bars in a Jupyter
-    kernel, else one text line per bar every few seconds (on stderr).
+    kernel (made at the first bar a rank opens: a job without bars sends no widget), else one text
+    line per bar every few seconds (on stderr).
 
     ``mode`` is ``"grouped"``, ``"all"`` or ``"rank0"``; None picks grouped above 2 ranks, else all.
 
@@ -57,7 +58,7 @@ def progress_display(mode: str | None = None, world_size: int = 1) -> ProgressCa
     """
     chosen = choose_mode(mode, world_size)
     if in_kernel():
-        return ProgressBars(chosen)
+        return LazyProgressBars(chosen)
     return TextProgress(chosen)
 
 
@@ -198,6 +199,29 @@ class ProgressBars(widgets.VBox):
             self._timer = None
             for key in sorted(self._dirty, key=_order):
                 self._draw(key)
+
+
+class LazyProgressBars:
+    """A ``ProgressCallback`` that makes its :class:`ProgressBars` (a widget, shown in the cell) at
+    the first bar's state: most cells open no bar, and a widget costs comm messages to make.
+
+    >>> bars = LazyProgressBars("all")                                   # doctest: +SKIP
+    >>> bars.bars is None                                                # doctest: +SKIP
+    True
+    """
+
+    def __init__(self, mode: str = "grouped", **options: Any) -> None:
+        self.mode = choose_mode(mode, 0)
+        self._options = options
+        self._lock = threading.Lock()
+        self.bars: ProgressBars | None = None
+
+    def __call__(self, rank: int, state: Mapping[str, Any]) -> None:
+        if self.bars is None:
+            with self._lock:
+                if self.bars is None:
+                    self.bars = ProgressBars(self.mode, **self._options)
+        self.bars(rank, state)
 
 
 def _order(key: Any) -> tuple[int, int]:

@@ -385,6 +385,28 @@ def test_jobs_are_recorded_in_the_registry(pool: Any) -> None:
     assert time.time() - record.started_at < 600
 
 
+def test_a_running_jobs_ranks_read_as_running_and_its_end_gives_their_final_states(pool: Any) -> None:
+    from gpugeek_jupyter.jobs.logs import FLUSH_S, JobLogs
+
+    done: dict[str, Any] = {}
+    worker = threading.Thread(
+        target=lambda: done.update(result=run_cell(pool, f"import time\ntime.sleep({4 * FLUSH_S} if rank else 0)", {}))
+    )
+    worker.start()
+    deadline = time.monotonic() + 30
+    running = None
+    while running is None and time.monotonic() < deadline:
+        job = next((j for j in get_registry().list_jobs(limit=1) if j.status is JobStatus.RUNNING), None)
+        if job is not None and JobLogs.states(job.id) == {0: "done", 1: "running"}:
+            running = job.id  # a reader in another process (the side panel) sees rank 1 still running
+        time.sleep(0.02)
+    worker.join(timeout=60)
+    assert running is not None and done["result"].ok
+    assert JobLogs.states(running) == {0: "done", 1: "done"}
+    quick = run_cell(pool, "pass", {})  # a short quiet job: no logs folder, its states in its record
+    assert JobLogs.states(quick.job_id) == {0: "done", 1: "done"} and JobLogs.ranks(quick.job_id) == []
+
+
 @pytest.mark.slow
 def test_a_cell_that_calls_torch_compile_runs_again(pool: Any) -> None:
     """Each run compiles the cell anew, as IPython does: a reused code object with a fresh namespace

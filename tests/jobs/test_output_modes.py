@@ -10,7 +10,7 @@ import pytest
 
 from gpugeek_jupyter.config import GpugeekConfig, set_config
 from gpugeek_jupyter.errors import SpecError
-from gpugeek_jupyter.jobs.logs import JobLogs, job_log_path
+from gpugeek_jupyter.jobs.logs import JobLogs, job_log_path, wait_for_housekeeping
 from gpugeek_jupyter.jobs.output import (
     GroupedWriter,
     LabelledWriter,
@@ -155,8 +155,10 @@ def test_job_logs_keep_every_ranks_output_on_disk_with_start_and_end_when_long(t
         assert JobLogs.ranks("job-long") == [0, 1]
         assert logs.text(0).startswith("step 0000") and len(logs.text(0)) == 10_000  # memory keeps it all
         for n in range(4):  # only the newest 3 jobs' logs stay
-            JobLogs(f"job-{n}").close()
-            time.sleep(0.01)
+            newer = JobLogs(f"job-{n}")
+            newer.write(0, "hello\n")
+            newer.close()
+        wait_for_housekeeping(timeout=10)  # the old ones are removed off the jobs' path
         kept = sorted(p.name for p in tmp_path.iterdir())
         assert len(kept) == 3 and "job-long" not in kept and "job-3" in kept
         assert not job_log_path("job-long", 0).exists()
@@ -216,5 +218,60 @@ def test_a_grouped_tail_groups_ranks_whose_windows_start_a_line_apart(tmp_path: 
         logs.close()
         tail = JobLogs.grouped_tail("job-offset", lines=5).splitlines()
         assert tail == [f"[ranks 0-1] tick {i}" for i in range(45, 49)] + ["[rank 0] tick 49"], tail
+    finally:
+        set_config(None)
+
+
+def test_job_logs_are_pruned_at_a_constant_cost_and_other_processes_jobs_count_at_the_next_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugeek_jupyter.jobs import logs as job_logs
+
+    monkeypatch.setattr(job_logs, "PRUNE_LISTING_JOBS", 3)
+    listings: list[Path] = []
+    list_folder = job_logs._Pruner._list
+    monkeypatch.setattr(job_logs._Pruner, "_list", lambda self: (listings.append(self.root), list_folder(self))[1])
+    set_config(GpugeekConfig(job_logs_dir=str(tmp_path), job_logs_keep=4))
+    try:
+
+        def job(name: str) -> None:
+            logs = JobLogs(name)
+            logs.write(0, "hello\n")
+            logs.close()
+            wait_for_housekeeping(timeout=10)
+
+        for n in range(3):
+            job(f"job-{n}")
+        (tmp_path / "job-other").mkdir()  # another kernel's job, unknown to this process until it lists
+        job("job-3")
+        assert len(listings) == 1  # at the first job only: three jobs after it cost no listing
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["job-0", "job-1", "job-2", "job-3", "job-other"]
+        job("job-4")  # the listing after 3 jobs counts the other kernel's job: the 2 oldest go
+        assert len(listings) == 2
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["job-2", "job-3", "job-4", "job-other"]
+    finally:
+        set_config(None)
+
+
+def test_a_quiet_short_job_makes_no_folder_and_its_states_come_from_its_record(tmp_path: Path) -> None:
+    from gpugeek_jupyter.pricing import prices_in_force
+    from gpugeek_jupyter.spec import PoolSpec
+    from gpugeek_jupyter.store import JobStatus, get_registry
+
+    set_config(GpugeekConfig(job_logs_dir=str(tmp_path)))
+    try:
+        logs = JobLogs("job-quiet")
+        logs.set_states({0: "running", 1: "running"}, write=False)  # not written: the job ended at once
+        logs.set_states({0: "done", 1: "failed"}, write=False)
+        logs.close()
+        wait_for_housekeeping(timeout=10)
+        assert list(tmp_path.iterdir()) == [] and JobLogs.states("job-quiet") == {}
+        registry = get_registry()
+        spec = PoolSpec.create(gpu_type="cpu", count=2, backend="local", name="dev")
+        pool = registry.add_pool(spec.name, spec.backend, spec.to_dict(), prices_in_force(spec), owner="kernel 1")
+        registry.add_job("job-quiet", pool.id, "dev", "cell", "ab" * 32, ranks=2)
+        summary = {"states": {"0": "done", "1": "failed"}}
+        registry.finish_job("job-quiet", JobStatus.FAILED, 0, [0, 1], "rank 1 failed", summary)
+        assert JobLogs.states("job-quiet") == {0: "done", 1: "failed"}
     finally:
         set_config(None)

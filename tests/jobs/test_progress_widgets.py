@@ -5,8 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from gpugeek_jupyter.jobs.progress_text import TextProgress
-from gpugeek_jupyter.widgets.progress import ProgressBars, progress_display
+from gpugeek_jupyter.widgets import progress
+from gpugeek_jupyter.widgets.progress import LazyProgressBars, ProgressBars, progress_display
 
 
 def state(n: float, total: float | None = 50, closed: bool = False, bar: int = 0, **more: Any) -> dict[str, Any]:
@@ -112,3 +115,19 @@ def test_outside_a_kernel_progress_display_writes_text() -> None:
     shown = progress_display(None, world_size=8)
     assert isinstance(shown, TextProgress) and shown.mode == "grouped"
     assert progress_display("rank0", world_size=8).mode == "rank0"  # type: ignore[attr-defined]
+
+
+def test_in_a_kernel_no_widget_is_made_until_a_rank_opens_a_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ipywidgets.widgets.widget import _instances
+
+    monkeypatch.setattr(progress, "in_kernel", lambda: True)
+    before = set(_instances)
+    callback = progress_display("all", world_size=2)
+    assert isinstance(callback, LazyProgressBars) and callback.bars is None
+    assert set(_instances) == before  # a cell whose ranks open no bar sends no widget
+    shown: list[Any] = []
+    lazy = LazyProgressBars("all", show=shown.append, interval=0.0)
+    lazy(1, state(5))
+    lazy(0, state(20))
+    assert lazy.bars is not None and shown == [lazy.bars]
+    assert sorted(lazy.bars.bar_values()) == ["train [rank 0]", "train [rank 1]"]
