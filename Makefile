@@ -83,8 +83,10 @@ test: setup browser slurm check docs dist
 fuzz: setup
 	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider tests/faults/test_bad_magic_input.py tests/server/test_bad_input.py tests/cost/test_ledger.py
 
+# Every benchmark, its output kept in bench/results/; exits 1 when a ratio is past its tolerance in
+# bench/expected.toml. Then bench/readme_tables.py writes the kept tables into README.md.
 bench: setup
-	bench/run
+	bench/run --check
 
 clean:
 	rm -rf $(VENV) labextension/node_modules labextension/lib gpugeek_jupyter/labextension dist site
