@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
+from ..errors import GpugeekError, JobFailedError, Phrase, Value
 from ..store import JobRecord, get_registry
 from .results import load_result
 from .stream import follow
@@ -45,10 +45,8 @@ class JobHandle:
 
     def done(self) -> bool:
         """Whether the job has ended; a job whose agent died is ended here (its pool is swept lost)."""
-        if self.record().status.is_final:
-            return True
         now = time.monotonic()
-        if now - self._swept_at >= SWEEP_S:
+        if now - self._swept_at >= SWEEP_S:  # sweep first, then one read says it all
             self._swept_at = now
             from ..config import get_config
 
@@ -107,13 +105,10 @@ class JobHandle:
         if agent is None or not agent.cancel(self.id, reason)["cancelled"]:
             raise JobFailedError(
                 Phrase(
-                    "job {job} is not a detached job of this user's agent; {how}",
+                    "job {job} is not a detached job of this user's agent: interrupt the process that runs "
+                    "it ({submitter})",
                     job=Value(self.id),
-                    how=PerSurface(
-                        core="interrupt the notebook that runs it",
-                        magic="interrupt the notebook that runs it (its submitter is {submitter})",
-                    ),
-                    submitter=record.submitter or "unknown",
+                    submitter=record.submitter or "its submitter is not recorded",
                 )
             )
         return self

@@ -60,7 +60,7 @@ class JobQueries(Database):
             now = self._insert(
                 db, job_id, pool_id, pool_name, kind, code_sha256, ranks, hyperparams, JobStatus.QUEUED, submitter
             )
-            return self._take_turn(db, job_id, pool_id, now)
+            return self._take_turn(db, job_id, pool_id, now, just_queued=True)
 
     def _insert(
         self,
@@ -105,11 +105,13 @@ class JobQueries(Database):
         with self._write() as db:
             return self._take_turn(db, job_id, pool_id, self.clock())
 
-    def _take_turn(self, db: Any, job_id: str, pool_id: int, now: float) -> QueuePlace:
-        own = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        status = JobStatus(own["status"]) if own else JobStatus.CANCELLED
-        if status is not JobStatus.QUEUED:
-            return QueuePlace(status, [], None)
+    def _take_turn(self, db: Any, job_id: str, pool_id: int, now: float, just_queued: bool = False) -> QueuePlace:
+        status = JobStatus.QUEUED  # a row written in this transaction is: no need to read it back
+        if not just_queued:
+            own = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            status = JobStatus(own["status"]) if own else JobStatus.CANCELLED
+            if status is not JobStatus.QUEUED:
+                return QueuePlace(status, [], None)
         ahead = [job_record(r) for r in db.execute(_AHEAD, {"pool": pool_id, "id": job_id})]
         previous = None
         if not ahead:
