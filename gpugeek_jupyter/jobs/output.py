@@ -107,25 +107,62 @@ def _without_rank(text: str, rank: int) -> str:
     return re.sub(rf"(?<![\w.]){rank}(?![\w.])", _RANK_PLACEHOLDER, text)
 
 
+def rank_values(ranks: Iterable[int]) -> str:
+    """What ranks said where their lines differ only by their own number: ``0..3``, ``0, 1``,
+    ``0..3, 5``, never a placeholder.
+
+    >>> rank_values([0, 1, 2, 3]), rank_values([1, 0]), rank_values([0, 1, 2, 3, 5, 7, 8])
+    ('0..3', '0, 1', '0..3, 5, 7, 8')
+    """
+    spans: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    parts: list[str] = []
+    for first, last in spans:
+        if last - first >= 2:
+            parts.append(f"{first}..{last}")
+        else:  # one or two numbers read better written out
+            parts.extend(str(rank) for rank in range(first, last + 1))
+    return ", ".join(parts)
+
+
 @dataclass(eq=False)  # groups are told apart by identity (two may hold the same line)
 class _Group:
     stream: str
     exact: str | None  # the line, while every member printed it exactly
     generic: str  # the line with the first member's rank number made a placeholder
     ranks: list[int]
-    due: float  # shown by then at the latest
     seq: int
+    made: float  # when its first line came: shown by ``made + window`` at the latest
     shown: bool = False
+    # every member's line is ``generic`` with its own rank number in the placeholder's place (a member
+    # that joined by the exact line may not be: its number there is not its rank)
+    by_rank: bool = True
+
+    def accepts(self, line: str, generic: str) -> bool:
+        return line == self.exact or (self.by_rank and generic == self.generic)
+
+    def text(self) -> str:
+        if self.exact is not None:
+            return self.exact
+        return self.generic.replace(_RANK_PLACEHOLDER, rank_values(self.ranks))
 
 
 class GroupedWriter:
     """Callable ``(rank, stream, text)``: a line that several ranks print alike is shown once.
 
-    ``[ranks 0-7] epoch 3: loss 0.41`` for a line printed identically (or identically but for the
-    rank's own number, shown as ``{rank}``) by ranks 0 to 7 within ``window`` seconds; a line only
-    one rank printed keeps its ``[rank N]`` label. Each rank's lines keep their order, and no line
-    waits longer than ``window`` (it is shown at once when every rank has printed it). A ``\\r``
-    (a redrawn line) keeps only the last drawing; text without a line end waits for it, or for
+    ``[ranks 0-7] epoch 3: loss 0.41`` for a line printed identically by ranks 0 to 7, and
+    ``[ranks 0-3] done on 0..3`` for lines identical but for each rank's own number; a line only one
+    rank printed keeps its ``[rank N]`` label. Each rank's lines keep their order. A line is shown
+    at once when every rank has printed it, or when every rank missing from it has printed a later
+    line; else it waits for its copies at most ``window`` seconds. The window starts at ``window``
+    and widens, up to ``max_window``, when ranks are seen arriving further apart (a loaded machine
+    delivers one step's copies late: a copy that comes after its line was shown, or a line whose
+    copies took longer than half the window), so that one step's lines stay one line. A ``\\r`` (a
+    redrawn line) keeps only the last drawing; text without a line end waits for it, or for
     :meth:`close`.
 
     >>> import io
@@ -136,7 +173,7 @@ class GroupedWriter:
     >>> writer.close()
     >>> print(out.getvalue(), end="")
     [ranks 0-1] epoch 0
-    [ranks 0-1] I am rank {rank}
+    [ranks 0-1] I am rank 0, 1
     """
 
     def __init__(
@@ -148,10 +185,15 @@ class GroupedWriter:
         ranks: list[int] | None = None,
         clock: Callable[[], float] = time.monotonic,
         align: bool = False,
+        max_window: float = 1.0,
     ) -> None:
         self._stdout = stdout
         self._stderr = stderr
         self.window = window
+        self.max_window = max(window, max_window)
+        # lines shown before all their copies came, by (stream, line): a copy that comes later tells
+        # how far apart the ranks arrive (bounded: only the newest are kept)
+        self._shown_short: collections.OrderedDict[tuple[str, str], _Group] = collections.OrderedDict()
         self.expected = set(ranks) if ranks is not None else set(range(world_size))
         self._clock = clock
         self._partial: dict[tuple[int, str], str] = {}
@@ -194,17 +236,33 @@ class GroupedWriter:
         else:
             self._add_live(rank, stream, line)
 
-    def _join(self, group: _Group, rank: int, line: str) -> None:
+    def _join(self, group: _Group, rank: int, line: str, generic: str) -> None:
         if line != group.exact:
             group.exact = None
+        if generic != group.generic:
+            group.by_rank = False
         group.ranks.append(rank)
         self._last_group[rank] = group
+        if self.expected <= set(group.ranks):
+            spread = self._clock() - group.made
+            if spread > self.window / 2:
+                self._widen(2 * spread)
 
     def _new_group(self, rank: int, stream: str, line: str, generic: str) -> _Group:
         self._seq += 1
-        new = _Group(stream, line, generic, [rank], self._clock() + self.window, self._seq)
+        now = self._clock()
+        for key in ((stream, "=" + line), (stream, "~" + generic)):
+            late = self._shown_short.get(key)
+            if late is not None and rank not in late.ranks:
+                self._widen(1.5 * (now - late.made))  # this line's copy came after the line was shown
+                break
+        new = _Group(stream, line, generic, [rank], self._seq, now)
         self._last_group[rank] = new
         return new
+
+    def _widen(self, window: float) -> None:
+        if window > self.window:
+            self.window = min(self.max_window, window)
 
     def _add_aligned(self, rank: int, stream: str, line: str) -> None:
         """Logs read afterwards: a new line goes right after the rank's own previous line, so that a
@@ -216,8 +274,8 @@ class GroupedWriter:
         for group in itertools.islice(self._pending, after + 1, None):
             if group.stream != stream or rank in group.ranks:
                 continue
-            if line == group.exact or generic == group.generic:
-                self._join(group, rank, line)
+            if group.accepts(line, generic):
+                self._join(group, rank, line, generic)
                 return
         self._pending.insert(after + 1, self._new_group(rank, stream, line, generic))
 
@@ -239,11 +297,11 @@ class GroupedWriter:
             for group in groups:  # oldest first: the first one alike that is newer than the rank's newest
                 if group.seq <= after or group.shown or (best is not None and group.seq >= best.seq):
                     continue
-                if line == group.exact or generic == group.generic:
+                if group.accepts(line, generic):
                     best = group
                     break
         if best is not None:
-            self._join(best, rank, line)
+            self._join(best, rank, line, generic)
             return
         new = self._new_group(rank, stream, line, generic)
         self._pending.append(new)
@@ -251,24 +309,47 @@ class GroupedWriter:
         self._by_line.setdefault((stream, "~" + generic), collections.deque()).append(new)
 
     def _flush(self, now: float) -> None:
-        """Show the oldest groups that are complete or due, in order."""
+        """Show the oldest groups that are complete, passed by every missing rank, or due, in order."""
         while self._pending:
             group = self._pending[0]
-            if group.due > now and not self.expected <= set(group.ranks):
+            missing = self.expected - set(group.ranks)
+            if missing and group.made + self.window > now and not self._passed(group, missing):
                 return
             self._pending.popleft()
             group.shown = True
-            text = group.exact if group.exact is not None else group.generic.replace(_RANK_PLACEHOLDER, "{rank}")
+            if missing:
+                self._remember_short(group)
             target = self._target(group.stream)
-            target.write(f"{ranks_label(group.ranks)} {text}\n")
+            target.write(f"{ranks_label(group.ranks)} {group.text()}\n")
             target.flush()
+
+    def _remember_short(self, group: _Group) -> None:
+        keys = [] if group.exact is None else [(group.stream, "=" + group.exact)]
+        if group.by_rank:
+            keys.append((group.stream, "~" + group.generic))
+        for key in keys:
+            self._shown_short[key] = group
+            self._shown_short.move_to_end(key)
+        while len(self._shown_short) > 256:
+            self._shown_short.popitem(last=False)
+
+    def _passed(self, group: _Group, missing: set[int]) -> bool:
+        """Every missing rank has printed a line after this one (so it cannot join it any more:
+        its lines keep their order). Live output only: aligned groups are not in ``seq`` order."""
+        if self.align:
+            return False
+        for rank in missing:
+            last = self._last_group.get(rank)
+            if last is None or last.seq <= group.seq:
+                return False
+        return True
 
     def _arm(self) -> None:
         """Show a due group even when no more output comes: a timer, under this thread's context
         (so a notebook routes the text to the cell that runs the job)."""
-        if not self._pending or self._timer is not None or self._pending[0].due == float("inf"):
+        if not self._pending or self._timer is not None or self.window == float("inf"):
             return
-        delay = max(0.0, self._pending[0].due - self._clock())
+        delay = max(0.0, self._pending[0].made + self.window - self._clock())
         context = contextvars.copy_context()
         self._timer = threading.Timer(delay, context.run, args=(self._on_timer,))
         self._timer.daemon = True

@@ -43,7 +43,7 @@ def test_a_line_every_rank_prints_is_shown_once_with_the_ranks_as_a_range() -> N
     assert out.getvalue() == "[ranks 0-7] epoch 3: loss 0.41\n"  # complete: shown without waiting
 
 
-def test_lines_alike_but_for_the_ranks_own_number_are_one_line_with_a_placeholder() -> None:
+def test_lines_alike_but_for_the_ranks_own_number_are_one_line_that_says_each_ranks_number() -> None:
     writer, out, _ = grouped(4)
     for rank in range(4):
         writer(rank, "stdout", f"rank {rank} of 4 ready, loss 0.{rank}5\n")
@@ -53,7 +53,67 @@ def test_lines_alike_but_for_the_ranks_own_number_are_one_line_with_a_placeholde
     writer, out, _ = grouped(4)
     for rank in range(4):
         writer(rank, "stdout", f"rank {rank} of 4 ready\n")
-    assert out.getvalue() == "[ranks 0-3] rank {rank} of 4 ready\n"
+    assert out.getvalue() == "[ranks 0-3] rank 0..3 of 4 ready\n"
+
+
+def test_done_on_each_rank_reads_as_what_the_ranks_said_never_a_placeholder() -> None:
+    writer, out, _ = grouped(4)
+    for rank in range(4):
+        writer(rank, "stdout", f"done on {rank}\n")
+    assert out.getvalue() == "[ranks 0-3] done on 0..3\n"
+    writer, out, _ = grouped(8)
+    for rank in (0, 1, 5, 2, 3, 7):
+        writer(rank, "stdout", f"done on {rank}\n")
+    writer.close()
+    assert out.getvalue() == "[ranks 0-3,5,7] done on 0..3, 5, 7\n"
+    assert "{rank}" not in out.getvalue() and "\x00" not in out.getvalue()
+
+
+def test_a_rank_that_printed_another_ranks_number_is_not_shown_as_saying_its_own() -> None:
+    writer, out, _ = grouped(3)
+    writer(1, "stdout", "got 1\n")
+    writer(0, "stdout", "got 1\n")  # the same line: rank 0 said 1, not its own number
+    writer(2, "stdout", "got 2\n")  # alike but for its rank, yet the group now holds a rank that said 1
+    writer.close()
+    assert out.getvalue().splitlines() == ["[ranks 0-1] got 1", "[rank 2] got 2"]
+
+
+def test_a_line_is_shown_at_once_when_every_missing_rank_has_printed_a_later_line() -> None:
+    writer, out, _ = grouped(3)  # the clock does not move: no window runs out
+    writer(0, "stdout", "only rank 0 says this\n")
+    writer(1, "stdout", "next\n")
+    assert out.getvalue() == ""  # rank 2 may still print it
+    writer(2, "stdout", "next\n")
+    assert out.getvalue() == "[rank 0] only rank 0 says this\n"
+
+
+def test_copies_that_come_after_their_line_was_shown_widen_the_window_up_to_its_bound() -> None:
+    writer, out, clock = grouped(4)
+    writer(0, "stdout", "step 0\n")
+    clock.now += 0.3  # a loaded machine: the other ranks' copies come 0.3 s later, past the 0.1 s window
+    writer(1, "stdout", "")  # output without a line: the due line is shown, as the timer would
+    for rank in (1, 2, 3):
+        writer(rank, "stdout", "step 0\n")
+    assert writer.window == pytest.approx(0.45)  # 1.5 times the lateness seen
+    for step in range(1, 4):  # from now on one step's copies 0.3 s apart stay one line
+        writer(0, "stdout", f"step {step}\n")
+        clock.now += 0.3
+        writer(1, "stdout", "")
+        for rank in (1, 2, 3):
+            writer(rank, "stdout", f"step {step}\n")
+    assert out.getvalue().splitlines() == ["[rank 0] step 0", "[ranks 1-3] step 0"] + [
+        f"[ranks 0-3] step {step}" for step in range(1, 4)
+    ]
+    writer(0, "stdout", "saving\n")
+    clock.now += 30.0  # copies 30 s late: the window stops at its bound
+    writer(1, "stdout", "")
+    writer(1, "stdout", "saving\n")
+    assert writer.window == writer.max_window == 1.0
+    writer(2, "stdout", "only rank 2\n")
+    clock.now += 1.01  # no line waits longer than max_window
+    writer(2, "stdout", "")
+    writer.close()
+    assert out.getvalue().splitlines()[-3:] == ["[rank 0] saving", "[rank 1] saving", "[rank 2] only rank 2"]
 
 
 def test_a_number_equal_to_one_ranks_id_does_not_split_an_identical_line() -> None:
@@ -200,7 +260,7 @@ def test_ranks_states_and_a_grouped_tail_are_readable_by_another_process(tmp_pat
             "[ranks 0-2] loading",
             "[rank 2] Traceback: boom",
             "[ranks 0-1] epoch 1: loss 0.5",
-            "[ranks 0-1] rank {rank} done",
+            "[ranks 0-1] rank 0, 1 done",
         ]
         assert JobLogs.states("job-none") == {} and JobLogs.grouped_tail("job-none") == ""
     finally:

@@ -34,7 +34,7 @@ def test_lines_every_rank_prints_alike_are_one_grouped_line_past_two_ranks(kerne
         "[ranks 0-3] epoch 0: loss 0.5",
         "[ranks 0-3] epoch 1: loss 0.5",
         "[ranks 0-3] epoch 2: loss 0.5",
-        "[ranks 0-3] hi from {rank}",
+        "[ranks 0-3] hi from 0..3",
     ]
 
 
