@@ -2,7 +2,7 @@
 
 It holds pools (spec, backend, addresses, owner, status, heartbeat), worker intervals (when each
 worker ran and whether it was priced as spot or reserved; cost is computed from these rows),
-jobs, and, for cost's idle spend, storage and network, one utilization sample per heartbeat and
+jobs, schedules and their runs, and, for cost's idle spend, storage and network, one utilization sample per heartbeat and
 the data volumes a pool or job recorded or a user stated. Anything that must survive a crash lives
 here, and only here.
 
@@ -17,7 +17,7 @@ Concurrency: each thread gets its own connection; writes use ``BEGIN IMMEDIATE``
 Schema: numbered steps applied on open (``PRAGMA user_version``), see :mod:`._migrations`.
 
 Modules: ``_connection`` (connections, write transactions), ``_migrations`` (schema steps),
-``_records`` (statuses, records), ``_pools``, ``_workers``, ``_jobs``, ``_utilization`` (queries),
+``_records`` (statuses, records), ``_pools``, ``_workers``, ``_jobs``, ``_utilization``, ``_schedules`` (queries),
 ``_registry`` (:class:`Registry`, :func:`get_registry`), ``_private`` (files ``0600`` in ``0700``
 directories, for the registry and whatever lives beside it).
 """
@@ -49,6 +49,7 @@ from ._records import (
 from ._registry import Registry, get_registry
 from ._registry import _registries as _registries  # tests reset it
 from ._registry import _registries_lock as _registries_lock
+from ._schedules import RunStatus, ScheduleRecord, ScheduleRun, ScheduleStatus
 
 RECENT_WINDOW_SECONDS = 24 * 3600.0  # "recent" pools: ended in the last day (the panel, %gpugeek_pools)
 
@@ -66,6 +67,10 @@ __all__ = [
     "PoolStatus",
     "QueuePlace",
     "Registry",
+    "RunStatus",
+    "ScheduleRecord",
+    "ScheduleRun",
+    "ScheduleStatus",
     "Submitter",
     "UtilizationSample",
     "WorkerInterval",

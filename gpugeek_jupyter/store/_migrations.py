@@ -10,7 +10,10 @@ end, never an edit of an old one: step 1 is the schema the first release wrote, 
 2. indexes for the panel and the lost-pool sweeper: live pools by heartbeat, pools by end time and
    by name, jobs by start time, events by pool;
 3. ``utilization.net_total``, each pool's running sum of bytes sent (backfilled, then kept by an
-   insert trigger), so the bytes of any window are two index lookups.
+   insert trigger), so the bytes of any window are two index lookups;
+4. a queue of jobs per pool (arrival time and submitting process of each job);
+5. ``schedules`` (what to run, when, where, and what to do when runs overlap or fail) and
+   ``schedule_runs`` (one row per occurrence: run, skipped, or caught up after missed ones).
 """
 
 from __future__ import annotations
@@ -167,11 +170,54 @@ _STEP_4 = (
     "CREATE INDEX IF NOT EXISTS jobs_open ON jobs(pool_id) WHERE status IN ('pending', 'queued', 'running')",
 )
 
+# Scheduled runs: a schedule keeps the pickled request each run is made from; its runs are rows of
+# their own (a skipped occurrence is one too), each pointing at the job it ran. A deleted schedule
+# keeps its row and its runs (their jobs and costs stay explained); a live name is unique.
+_STEP_5 = (
+    """CREATE TABLE IF NOT EXISTS schedules (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    request BLOB NOT NULL,
+    every_s REAL,
+    cron TEXT,
+    timezone TEXT NOT NULL,
+    resume TEXT,
+    checkpoints TEXT NOT NULL,
+    pool_name TEXT,
+    pool_spec_json TEXT,
+    overlap TEXT NOT NULL CHECK (overlap IN ('skip', 'queue', 'replace')),
+    max_failures INTEGER NOT NULL,
+    failures INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL CHECK (status IN ('active', 'paused', 'deleted')),
+    reason TEXT,
+    created_at REAL NOT NULL,
+    next_run_at REAL NOT NULL,
+    created_by TEXT
+)""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS schedules_live_name ON schedules(name) WHERE status != 'deleted'",
+    """CREATE TABLE IF NOT EXISTS schedule_runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    schedule_id TEXT NOT NULL REFERENCES schedules(id),
+    due_at REAL NOT NULL,
+    missed INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL,
+    job_id TEXT,
+    pool_name TEXT,
+    resumed_from TEXT,
+    reason TEXT,
+    started_at REAL,
+    ended_at REAL
+)""",
+    "CREATE INDEX IF NOT EXISTS schedule_runs_schedule ON schedule_runs(schedule_id, id)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tables of pools, workers, jobs, events, utilization and data volumes", _STEP_1),
     Migration(2, "indexes for the panel's bounded reads and the lost-pool sweeper", _STEP_2),
     Migration(3, "a running total of each pool's bytes sent, kept by a trigger", _STEP_3),
     Migration(4, "a queue of jobs per pool: arrival time and the submitting process of each job", _STEP_4),
+    Migration(5, "scheduled runs: schedules and one row per occurrence", _STEP_5),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "steps are numbered 1, 2, 3, ..."

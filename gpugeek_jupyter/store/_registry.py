@@ -10,11 +10,12 @@ from collections.abc import Callable
 from ._jobs import JobQueries
 from ._migrations import migrate
 from ._pools import PoolQueries
+from ._schedules import ScheduleQueries
 from ._utilization import UtilizationQueries
 from ._workers import WorkerQueries
 
 
-class Registry(PoolQueries, WorkerQueries, JobQueries, UtilizationQueries):
+class Registry(PoolQueries, WorkerQueries, JobQueries, UtilizationQueries, ScheduleQueries):
     """Durable state shared by every process on the machine (or on a shared filesystem).
 
     Opening a file brings its schema up to date (see :mod:`._migrations`) or refuses a file made by a
