@@ -4,10 +4,15 @@ It runs in a session of its own (no terminal: the kernel, the browser or the Jup
 started it can end without it). Serving is ``multiprocessing.managers``' own server on the Unix
 socket; this module only starts it, watches for the idle period and ends it cleanly. A SIGTERM is
 taken as a request to stop (pools stopped, detached jobs cancelled with that reason).
+
+Plugins (:meth:`.service.AgentService.register_plugin`) are loaded at start from
+:data:`AGENT_PLUGINS`, each a module whose ``agent_plugin(service)`` returns the plugin: the
+layers above this one (scheduled runs) run in the agent so, without this package importing them.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -22,6 +27,7 @@ from .service import AgentService
 log = logging.getLogger(__name__)
 
 IDLE_CHECK_S = 1.0
+AGENT_PLUGINS = ("gpugeek_jupyter.schedules.agent",)  # module names: each has agent_plugin(service)
 
 
 def main() -> None:
@@ -38,6 +44,7 @@ def main() -> None:
     os.chmod(paths.socket, 0o600)
     signal.signal(signal.SIGTERM, lambda signum, frame: service.stopping.set())
     log.info("gpugeek agent %d serving on %s", os.getpid(), paths.socket)
+    _load_plugins(service)
     threading.Thread(target=_watch, args=(service, server), name="gpugeek-agent-idle", daemon=True).start()
     try:
         server.serve_forever()  # returns (SystemExit) once the stop event is set
@@ -45,6 +52,15 @@ def main() -> None:
         pass
     finally:
         _close(service, paths.socket)
+
+
+def _load_plugins(service: AgentService) -> None:
+    for module_name in AGENT_PLUGINS:
+        try:
+            plugin = importlib.import_module(module_name).agent_plugin(service)
+            service.register_plugin(plugin, module_name)
+        except Exception:  # the agent still serves kept pools and detached jobs
+            log.exception("gpugeek agent %d: plugin %s did not start", os.getpid(), module_name)
 
 
 def _watch(service: AgentService, server: Any) -> None:

@@ -43,6 +43,17 @@ class AgentService:
         self._lock = threading.Lock()
         self._busy_at = time.monotonic()
         self.stopping = threading.Event()
+        self._plugins: dict[str, Any] = {}
+
+    def register_plugin(self, plugin: Any, name: str) -> None:
+        """Run ``plugin`` in this agent under ``name`` (once: a second one of that name replaces the
+        first). Its hooks: ``start()``, ``busy() -> bool`` (a busy plugin keeps the agent from its idle
+        exit, as a kept pool does) and ``close()`` (before the agent's jobs are cancelled)."""
+        old = self._plugins.pop(name, None)
+        if old is not None:
+            old.close()
+        self._plugins[name] = plugin
+        plugin.start()
 
     # -- what clients call ----------------------------------------------------------------------
     def ping(self) -> dict[str, Any]:
@@ -121,7 +132,7 @@ class AgentService:
         with self._lock:
             busy = any(t.is_alive() for t in self._runs.values())
             self._runs = {j: t for j, t in self._runs.items() if t.is_alive()}
-        if busy or self.kept_pools():
+        if busy or self.kept_pools() or any(plugin.busy() for plugin in list(self._plugins.values())):
             self._touch()
         return time.monotonic() - self._busy_at
 
@@ -131,6 +142,8 @@ class AgentService:
     def close(self) -> None:
         from ..jobs.agent import cancel_job
 
+        for plugin in list(self._plugins.values()):
+            plugin.close()
         with self._lock:
             runs = dict(self._runs)
         for job_id, run in runs.items():
