@@ -6,7 +6,8 @@ allows (see :mod:`gpugeek_jupyter.devices`). Everything binds to loopback unless
 speaks TLS with the pool's own certificates (:mod:`.credentials`) unless ``GpugeekConfig.pool_tls``
 is off: loopback is shared by every user of the machine. For the same reason the scheduler's
 dashboard is served on a Unix socket of the owner's only, and the workers' HTTP servers do not
-listen at all (:mod:`.private_http`).
+listen at all (:mod:`.private_http`). Its temporary files (dask's local directory, the workers'
+``TMPDIR``) live in a folder of the owner's that goes with the pool (:mod:`.scratch`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..errors import BackendUnavailableError, Phrase, PoolStartError, Setting
 from ..logs import LOG_LEVEL_VARIABLE
 from ..nvml import GpuDevice, GpuDiscovery, discover_gpus
 from ._backend import ProgressCallback, RunningCluster, wait_for_workers
+from .scratch import new_pool_folder, remove_pool_folder
 from .worker_origin import use_forkserver
 
 if TYPE_CHECKING:
@@ -97,6 +99,37 @@ def keeping_lost_workers(cluster_class: type) -> type:
     return PoolCluster
 
 
+@functools.cache
+def removing_scratch(cluster_class: type) -> type:
+    """``cluster_class`` (a dask ``SpecCluster``) that removes the pool's temporary folder (given as
+    ``scratch``) once its scheduler and workers have closed, however the close came about."""
+
+    class PoolCluster(cluster_class):  # type: ignore[misc]
+        def __init__(self, *args: Any, scratch: Path | None = None, **kwargs: Any) -> None:
+            self.gpugeek_scratch = scratch
+            try:
+                super().__init__(*args, **kwargs)
+            except BaseException:
+                remove_pool_folder(scratch)
+                raise
+
+        async def _close(self) -> None:
+            try:
+                await super()._close()
+            finally:
+                remove_pool_folder(self.gpugeek_scratch)
+                self.gpugeek_scratch = None
+
+    PoolCluster.__name__ = PoolCluster.__qualname__ = cluster_class.__name__
+    return PoolCluster
+
+
+def _pool_cluster_class(cluster_class: type) -> type:
+    from .private_http import private_http_cluster
+
+    return removing_scratch(keeping_lost_workers(private_http_cluster(cluster_class)))
+
+
 def _describe_usable(found: GpuDiscovery, usable: list[GpuDevice]) -> str:
     """What NVML found, and what of it ``CUDA_VISIBLE_DEVICES`` leaves when it hides some."""
     if len(usable) == len(found.devices):
@@ -156,23 +189,30 @@ class LocalBackend:
             return self._start_cpu(spec, on_progress, start_timeout, security, dashboard_socket)
         return self._start_gpu(spec, on_progress, start_timeout, security, dashboard_socket)
 
-    def _cluster_kwargs(self, security: Any, dashboard_socket: Path | None) -> dict[str, Any]:
+    def _cluster_kwargs(self, spec: PoolSpec, security: Any, dashboard_socket: Path | None) -> dict[str, Any]:
         """What the scheduler, the nannies and the workers are made with. dask hands ``security`` to
         each of them and, since it requires encryption, listens on ``tls://``: every connection then
         needs the pool's certificate. The scheduler's HTTP application goes to ``dashboard_socket``
-        (or nowhere), never to a TCP port."""
+        (or nowhere), never to a TCP port. Their temporary files go to the pool's own folder."""
         config = get_config()
+        scratch = new_pool_folder(spec.name)
+        env = worker_env()
         kwargs: dict[str, Any] = {
             "death_timeout": config.worker_death_timeout,
             "preload": [WORKER_PRELOAD],
-            "env": worker_env(),
+            "env": env,
             "dashboard_address": None,
             "scheduler_kwargs": {
                 "idle_timeout": None,
                 "dashboard": dashboard_socket is not None,
                 "dashboard_socket": dashboard_socket,
             },
+            "scratch": scratch,
         }
+        if scratch is not None:
+            kwargs["local_directory"] = str(scratch)  # the nannies and workers
+            kwargs["scheduler_kwargs"]["local_directory"] = str(scratch)
+            env["TMPDIR"] = str(scratch)  # torch's error files, the ranks' own temporary files
         if security is not None:
             kwargs["security"] = security
         return kwargs
@@ -187,18 +227,16 @@ class LocalBackend:
     ) -> RunningCluster:
         from distributed import Client, LocalCluster
 
-        from .private_http import private_http_cluster
-
         config = get_config()
         with worker_environment():
             try:
-                cluster = keeping_lost_workers(private_http_cluster(LocalCluster))(
+                cluster = _pool_cluster_class(LocalCluster)(
                     name=spec.name,
                     n_workers=0,
                     threads_per_worker=1,
                     processes=True,
                     host=config.bind_host,
-                    **self._cluster_kwargs(security, dashboard_socket),
+                    **self._cluster_kwargs(spec, security, dashboard_socket),
                 )
             except Exception as e:
                 raise PoolStartError(f"could not start a local dask scheduler for pool '{spec.name}': {e}") from e
@@ -234,18 +272,16 @@ class LocalBackend:
             ) from e
         from distributed import Client
 
-        from .private_http import private_http_cluster
-
         config = get_config()
         with worker_environment():
             try:
-                cluster = keeping_lost_workers(private_http_cluster(LocalCUDACluster))(
+                cluster = _pool_cluster_class(LocalCUDACluster)(
                     name=spec.name,
                     CUDA_VISIBLE_DEVICES=devices,
                     n_workers=spec.count,
                     threads_per_worker=1,
                     host=config.bind_host,
-                    **self._cluster_kwargs(security, dashboard_socket),
+                    **self._cluster_kwargs(spec, security, dashboard_socket),
                 )
             except Exception as e:
                 raise PoolStartError(f"could not start dask-cuda workers for pool '{spec.name}': {e}") from e

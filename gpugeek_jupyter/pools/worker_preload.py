@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import tempfile
 import threading
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,15 @@ def _apply_log_level() -> None:
             log.warning("%s", e)
 
 
+def _use_the_pools_temporary_folder() -> None:
+    """The nanny sets ``TMPDIR`` to the pool's own folder (:mod:`.scratch`), but a worker forked from
+    the pool forkserver inherits ``tempfile``'s cached directory: let it look again."""
+    if os.environ.get("TMPDIR") and tempfile.tempdir != os.environ["TMPDIR"]:
+        tempfile.tempdir = None
+
+
 def dask_setup(worker) -> None:  # type: ignore[no-untyped-def]
+    _use_the_pools_temporary_folder()
     _ignore_notebook_interrupts()
     _apply_log_level()
     _apply_thread_caps()
