@@ -34,6 +34,11 @@ class PoolCardUpdater(PoolLifecyclePlugin):
         self.card = card
         self.name = f"gpugeek-pool-card-{pool_id}"  # one per pool: a card never outlives its pool's plugin
 
+    def before_stop(self, manager: PoolManager, pool: Any, reason: str) -> None:
+        """Say ``stopping`` (no workers ready, no dashboard to open) the moment the stop begins."""
+        if pool.id == self.pool_id:
+            self.card.set_status("stopping")
+
     def stopped(self, manager: PoolManager, record: PoolRecord) -> None:
         """Mark the card with ``record``'s status when it is this card's pool."""
         if record.id != self.pool_id:

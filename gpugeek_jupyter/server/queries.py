@@ -10,6 +10,8 @@ parameter and a valid example, phrased for the request (names and values as JSON
 ``&namespace=team-a``                          with any of them: only that Kubernetes namespace
 ``GET /gpugeek/jobs[?pool=NAME][&limit=N]``    the newest ``limit`` jobs (50), of one pool or of all
 ``GET /gpugeek/jobs/<id>/output[?lines=N]``    the last ``lines`` lines of the job's output (40)
+``GET /gpugeek/changes[?since=T][&wait=S]``    the registry's status token, once it differs from ``T``
+                                               or after ``wait`` seconds (25, at most 60)
 =============================================  ==========================================================
 
 A bare key without a value is JupyterLab's cache-buster (``ServerConnection`` adds ``?<timestamp>``):
@@ -47,6 +49,9 @@ MAX_OUTPUT_LINES = 500
 POOLS_PARAMETERS = ("namespace", "state", "before", "limit")
 JOBS_PARAMETERS = ("pool", "limit")
 OUTPUT_PARAMETERS = ("lines", "since", "limit")
+CHANGES_PARAMETERS = ("since", "wait")
+DEFAULT_CHANGES_WAIT = 25  # seconds: under proxies' usual 60 s idle timeout
+MAX_CHANGES_WAIT = 60
 
 
 @dataclass(frozen=True)
@@ -170,3 +175,26 @@ def parse_output_query(arguments: Mapping[str, str | None]) -> OutputQuery:
             "limit", given["limit"], 1, MAX_PAGE, f"a whole number from 1 to {MAX_PAGE}", "?limit=100"
         )
     return OutputQuery(lines=lines, since=since, limit=limit)
+
+
+@dataclass(frozen=True)
+class ChangesQuery:
+    """``GET /gpugeek/changes``: answer once the status token differs from ``since`` (absent: at
+    once), else after ``wait`` seconds."""
+
+    since: str | None = None
+    wait: int = DEFAULT_CHANGES_WAIT
+
+
+def parse_changes_query(arguments: Mapping[str, str | None]) -> ChangesQuery:
+    """A :class:`ChangesQuery`: ``since`` (a token this route answered) and ``wait`` (0 to 60 s).
+
+    >>> parse_changes_query({"since": "9f2c", "wait": "5"})
+    ChangesQuery(since='9f2c', wait=5)
+    """
+    given = _given(arguments, CHANGES_PARAMETERS, "GET /gpugeek/changes", "?since=9f2c41d07a3b5e68&wait=25")
+    wait = DEFAULT_CHANGES_WAIT
+    if "wait" in given:
+        rule = f"a whole number of seconds from 0 to {MAX_CHANGES_WAIT}"
+        wait = _whole_number("wait", given["wait"], 0, MAX_CHANGES_WAIT, rule, f"?wait={DEFAULT_CHANGES_WAIT}")
+    return ChangesQuery(since=given.get("since"), wait=wait)

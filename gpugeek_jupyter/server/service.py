@@ -33,6 +33,7 @@ from ..catalog import load_catalog
 from ..client import DEFAULT_JOBS_LIMIT
 from ..config import BACKENDS, GpugeekConfig
 from ..errors import GpugeekError, NotFoundError, SpecError, Surface, phrased_for
+from ..polling import poll_until
 from ..pools import PoolManager
 from ..spec import SLURM_OPTIONS, PoolSpec
 from ..store import (
@@ -121,6 +122,12 @@ class GpugeekService:
             records = sorted(newest.values(), key=lambda r: r.id)
         return {"pools": self._pool_models(records, now)}
 
+    def status_token(self) -> str:
+        """What changes whenever a pool or job is added, changes status or ends (lost pools are
+        marked first): ``GET /gpugeek/changes`` waits for it to differ from the panel's."""
+        self.sweep_lost_pools()
+        return self.registry.status_token()
+
     def pool(self, name: str) -> dict[str, Any]:
         """The newest pool called ``name``, live or ended."""
         self.sweep_lost_pools()
@@ -155,18 +162,24 @@ class GpugeekService:
                 del self._launches[finished]
             self._launches[spec.name] = done
         thread.start()
-        deadline = time.monotonic() + REGISTRATION_TIMEOUT_S
-        while True:
+
+        def registered() -> PoolRecord | None:
             record = self._registered(spec.name, before, keep)
-            if record is not None:
-                return {"pool": self._pool_model(record)}
-            if done.done():
-                error = done.exception()
-                if error is not None:
-                    raise error
-            if time.monotonic() > deadline:
-                raise GpugeekError(f"pool '{spec.name}' was not registered within {REGISTRATION_TIMEOUT_S:.0f} s")
-            time.sleep(0.02)
+            error = done.exception() if record is None and done.done() else None
+            if error is not None:
+                raise error  # the launch failed before it registered the pool
+            return record
+
+        record = poll_until(
+            registered,
+            timeout=REGISTRATION_TIMEOUT_S,
+            interval=0.02,
+            what=f"pool '{spec.name}' to be registered",
+            on_timeout=lambda: GpugeekError(
+                f"pool '{spec.name}' was not registered within {REGISTRATION_TIMEOUT_S:.0f} s"
+            ),
+        )
+        return {"pool": self._pool_model(record)}
 
     def _registered(self, name: str, after_id: int, kept: bool = False) -> PoolRecord | None:
         from ..detached.service import AGENT_OWNER
@@ -344,13 +357,14 @@ class GpugeekService:
         }
 
     def submit_job(self, fields: dict[str, Any]) -> dict[str, Any]:
-        """Run a script, detached, on kept pool ``fields["pool"]`` (``POST /gpugeek/jobs``); the job
-        once it is recorded (queued or running)."""
-        from ..detached import submit_request
+        """Run a script, detached, on pool ``fields["pool"]`` (``POST /gpugeek/jobs``), which is then
+        kept (one the server launched is launched again by the agent); the job once it is recorded
+        (queued or running)."""
+        from ..detached import keep_pool, submit_request
         from ..jobs import script_request
 
         with phrased_for(Surface.SERVER):
-            pool = self.manager.get(fields["pool"])
+            pool, _ = keep_pool(self.manager.get(fields["pool"]))
             request = script_request(
                 fields["script_path"],
                 fields.get("args") or (),

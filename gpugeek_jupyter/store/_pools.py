@@ -262,6 +262,22 @@ class PoolQueries(Database):
         )
         return [pool_record(r) for r in rows]
 
+    def status_token(self) -> str:
+        """A short text that changes whenever a pool or job is added, changes status or ends: what a
+        watcher compares to know that a listing would differ (``GET /gpugeek/changes``). Index reads
+        only (the live pools, the open jobs, the newest ids and end), whatever the history."""
+        import hashlib
+
+        live = self._read(f"SELECT id, status, ready_at FROM pools WHERE status IN {LIVE_SQL} ORDER BY id")
+        jobs = self._read(f"SELECT id, status FROM jobs WHERE status IN {OPEN_JOB_SQL} ORDER BY id")
+        newest = self._read(
+            "SELECT (SELECT max(id) FROM pools) AS pool, (SELECT max(ended_at) FROM pools) AS ended,"
+            " (SELECT max(rowid) FROM jobs) AS job"
+        )[0]
+        parts = [f"{r['id']}:{r['status']}:{r['ready_at']}" for r in live] + [f"{r['id']}:{r['status']}" for r in jobs]
+        parts.append(f"{newest['pool']}:{newest['ended']}:{newest['job']}")
+        return hashlib.blake2b("|".join(parts).encode(), digest_size=8).hexdigest()
+
     # -- the sweeper -----------------------------------------------------------------------------
     def mark_lost_pools(self, lost_after_seconds: float) -> list[PoolRecord]:
         """Close live pools whose owner died (same host) or stopped heart-beating; cost ends at the last heartbeat.

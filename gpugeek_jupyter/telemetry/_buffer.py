@@ -24,6 +24,7 @@ class RingBuffer:
         self._rows = 0
         self._seq = 0
         self._changed = threading.Condition()
+        self._wakes = 0  # bumped by wake(): ends every wait in progress
 
     def __len__(self) -> int:
         return self._rows
@@ -54,13 +55,17 @@ class RingBuffer:
             self._rows -= len(old["time"])
 
     def wait_newer(self, seq: int, timeout: float) -> bool:
-        """Block until a batch newer than ``seq`` is there (True) or ``timeout`` passed (False)."""
+        """Block until a batch newer than ``seq`` is there (True), :meth:`wake` was called or
+        ``timeout`` passed (False)."""
         with self._changed:
-            return self._changed.wait_for(lambda: self._seq > seq, timeout=timeout)
+            wakes = self._wakes
+            self._changed.wait_for(lambda: self._seq > seq or self._wakes != wakes, timeout=timeout)
+            return self._seq > seq
 
     def wake(self) -> None:
         """Wake every waiter (e.g. a closing widget) without new data."""
         with self._changed:
+            self._wakes += 1  # a waiter's predicate sees it: notify alone would put it back to sleep
             self._changed.notify_all()
 
     def since(self, seq: int) -> tuple[int, Columns]:

@@ -256,8 +256,7 @@ class MonitorPanel:
                     log.warning("monitor of pool %s: update failed: %s: %s", self.pool_name, type(e).__name__, e)
                     warned = True
             if feed.closed and feed.buffer.seq <= self._cursor:
-                self._note = "collection stopped (the pool was stopped or its client closed)"
-                self._render_headline()
+                self._render_headline()  # says stopped, without the last numbers
                 break
 
     # -- updating --------------------------------------------------------------------------------
@@ -455,7 +454,23 @@ class MonitorPanel:
     def _render_headline(self) -> None:
         self.headline.text = self.headline_html()
 
+    @property
+    def stopped(self) -> bool:
+        """The pool's collection ended (the pool stopped or its client closed): nothing will move."""
+        return self.feed is not None and self.feed.closed and self.feed.buffer.seq <= self._cursor
+
     def headline_html(self) -> str:
+        if self.stopped:
+            # the last numbers would read as the pool's state now: say it stopped instead
+            last = ""
+            if self._last_sample_time is not None:
+                last = " &middot; last sample " + dt.datetime.fromtimestamp(self._last_sample_time).strftime("%H:%M:%S")
+            return (
+                "<div style='font-size:12px;line-height:1.5'>"
+                f"<b>pool {html.escape(self.pool_name)}</b> &middot; <b>stopped</b>{last}<br>"
+                "<span style='color:var(--jp-ui-font-color1, #3d444d)'>collection stopped (the pool was stopped "
+                "or its client closed); the plots keep its last window</span></div>"
+            )
         parts = [f"<b>pool {html.escape(self.pool_name)}</b>"]
         latest = self._series.latest
         count = len(self._series)

@@ -47,7 +47,7 @@ class PoolCard(widgets.VBox):
     def set_status(self, status: str, message: str = "") -> None:
         self._status = status
         self._message = message
-        if status in _ENDED:
+        if status in _ENDED or status == "stopping":  # its scheduler is going: the link would open nothing
             self._dashboard = None
         if status != "starting":
             self._progress.layout.display = "none"
@@ -76,10 +76,14 @@ class PoolCard(widgets.VBox):
         spec = self._spec
         colour = _STATUS_COLOURS.get(self._status, "#57606a")
         gpus = f"{spec.count} x cpu worker" if spec.gpu_type == "cpu" else f"{spec.count} x {spec.gpu_type}"
+        ended = self._status in _ENDED
+        workers = f"none left (pool {self._status})" if ended else f"{self._ready}/{spec.count} workers ready"
+        if self._status == "stopping":
+            workers = f"shutting down {spec.count} workers"
         rows = [
             ("backend", spec.backend + (f" ({spec.namespace})" if spec.namespace else "")),
             ("GPUs", gpus + (f", {spec.interconnect}" if spec.gpu_type != "cpu" else "")),
-            ("workers", f"{self._ready}/{spec.count} workers ready"),
+            ("workers", workers),
         ]
         if spec.spot_workers:
             rows.append(
@@ -91,7 +95,7 @@ class PoolCard(widgets.VBox):
             link = html.escape(self._dashboard)
             rows.append(("dashboard", f'<a href="{link}" target="_blank">{link}</a>'))
         cells = "".join(
-            f"<tr><td style='padding:0 12px 0 0;color:#57606a'>{k}</td><td>{v if k == 'dashboard' else html.escape(v)}</td></tr>"
+            f"<tr><td style='padding:0 12px 0 0;color:var(--jp-ui-font-color1, #3d444d)'>{k}</td><td>{v if k == 'dashboard' else html.escape(v)}</td></tr>"
             for k, v in rows
         )
         message = f"<div style='color:{colour}'>{html.escape(self._message)}</div>" if self._message else ""

@@ -112,6 +112,19 @@ export class GpugeekApi {
     return this.call<IJobOutput>('GET', `jobs/${encodeURIComponent(id)}/output${query}`);
   }
 
+  /**
+   * The registry's status token once it differs from `since` (a pool or job
+   * added, changed status or ended), or after `waitSeconds`: a long poll.
+   */
+  async waitForChange(since: string | null, waitSeconds: number): Promise<string> {
+    const query = new URLSearchParams({ wait: String(waitSeconds) });
+    if (since !== null) {
+      query.set('since', since);
+    }
+    const body = await this.call<{ token: string }>('GET', `changes?${query.toString()}`);
+    return body.token;
+  }
+
   async getCatalog(): Promise<ICatalog> {
     return this.call<ICatalog>('GET', 'catalog');
   }

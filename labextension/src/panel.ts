@@ -12,6 +12,7 @@ import { IPoll, Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
 import { GpugeekApi } from './api';
+import { ChangeWatcher } from './changes';
 import { CommandIDs } from './commands';
 import { h, KeyedList } from './dom';
 import {
@@ -54,6 +55,8 @@ export class GpugeekPanel extends Widget {
   readonly api: GpugeekApi;
   private readonly _commands: CommandRegistry;
   private readonly _poll: Poll;
+  /** Lists again as soon as the registry changes (a stop from a notebook, a job's end). */
+  private readonly _changes: ChangeWatcher;
   private readonly _outage = new OutageMonitor();
   private readonly _outageNode: HTMLElement;
   private readonly _pools: KeyedList<ILivePoolRow>;
@@ -205,6 +208,12 @@ export class GpugeekPanel extends Widget {
       // Pause while the browser tab is hidden, and while this panel is.
       standby: () => (this.isVisible ? 'when-hidden' : true)
     });
+    this._changes = new ChangeWatcher({
+      wait: (since, seconds) => this.api.waitForChange(since, seconds),
+      onChange: () => void this.refresh(),
+      isActive: () => this.isVisible && document.visibilityState !== 'hidden'
+    });
+    this._changes.start();
   }
 
   /** Poll frequency for a refresh period, with backoff on failures. */
@@ -271,6 +280,7 @@ export class GpugeekPanel extends Widget {
       return;
     }
     this._poll.dispose();
+    void this._changes.stop();
     this._onScreen.dispose();
     super.dispose();
   }

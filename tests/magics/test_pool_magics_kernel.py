@@ -147,3 +147,5 @@ def test_a_pool_card_shows_its_pool_stopped_and_leaves_no_plugin_behind(kernel: 
     )
     assert stopped.error is None, stopped.text
     assert stopped.stdout.strip().splitlines()[-2:] == ["[]", "[['card-a', 'stopped'], ['card-b', 'stopped']]"]
+    texts = kernel.run("print(['workers ready' in u.card.text or 'dashboard' in u.card.text for u in updaters])")
+    assert texts.stdout.strip() == "[False, False]", texts.text  # nothing on the card reads as still running

@@ -27,6 +27,7 @@ ROUTES = [
     ("GET", ("jobs",)),
     ("GET", ("jobs", "job-1")),
     ("GET", ("jobs", "job-1", "output")),
+    ("GET", ("changes",)),
     ("GET", ("catalog",)),
     ("GET", ("openapi.json",)),
 ]

@@ -167,9 +167,14 @@ def test_a_stopped_feed_ends_the_panel_with_a_note(simulated) -> None:
     feed = _feed(period=0.05)
     feed.ingest(workers.answers())
     panel = MonitorPanel(feed, "sim").start()
+    assert "SM <b>" in panel.headline.text
+    started = time.monotonic()
     feed.close()
     assert _wait(lambda: not panel.running)
-    assert "collection stopped" in panel.headline.text
+    assert time.monotonic() - started < 1.0  # woken by the close, not at its next wait's end
+    text = panel.headline.text
+    assert "stopped" in text and "collection stopped" in text
+    assert "SM <b>" not in text and "memory <b>" not in text  # no last numbers that read as now
 
 
 @pytest.mark.parametrize("feed", [None])
