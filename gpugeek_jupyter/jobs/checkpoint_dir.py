@@ -237,6 +237,17 @@ class CheckpointBase:
         self.extra: dict[str, Any] = {}  # what save() was given besides the step
         self.path: CheckpointPath | None = None  # the checkpoint loaded or saved last
 
+    @staticmethod
+    def _agree(value: Any) -> Any:
+        """Rank 0's ``value`` on every rank (itself outside a process group)."""
+        import torch.distributed as dist  # lazy: torch, only inside a rank that checkpoints
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
     def newest(self) -> CheckpointPath | None:
         """The whole checkpoint with the highest step (what unfinished saves left is ignored)."""
         name = self.store.newest()

@@ -386,7 +386,7 @@ class Checkpoint(CheckpointBase):
         """Load the newest checkpoint into the model and optimizer; the step to continue from."""
         import torch
 
-        name = _agree(self.store.newest())  # rank 0 decides, so every rank loads the same one
+        name = self._agree(self.store.newest())  # rank 0 decides, so every rank loads the same one
         if name is None:
             return self.step
         path = self.store.path(name)
@@ -444,17 +444,6 @@ def _default_units(model: Any) -> list[Any]:
         else:
             units.append(child)
     return units
-
-
-def _agree(value: Any) -> Any:
-    """Rank 0's ``value`` on every rank."""
-    if not _distributed():
-        return value
-    import torch.distributed as dist
-
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 def _is_fsdp(model: Any) -> bool:

@@ -48,6 +48,7 @@ from .diagnose import describe_stack, format_user_traceback, is_peer_failure, on
 from .env import RANK_VARIABLES, build_worker_env, compile_cache_env, error_file_path, interface_of
 from .layout import RankSlot
 from .payload import OUTPUT_TOPIC, CellCode, RankJob, RankOutcome, ScriptCode
+from .rank_stack import stack_frames
 
 log = logging.getLogger(__name__)
 
@@ -282,13 +283,11 @@ def where_rank(launch: str) -> dict[str, Any]:
 
 def stack_rank(dask_worker: Any = None) -> dict[str, Any]:
     """Where this worker's rank is now, whatever job it runs (``%gpugeek_where``, from any process):
-    :func:`where_rank`'s answer plus the job id, the rank and the stack (:func:`.where.stack_frames`).
+    :func:`where_rank`'s answer plus the job id, the rank and the stack (:func:`.rank_stack.stack_frames`).
 
     ``{"running": False}`` when no job runs here; ``job_id`` and ``rank`` of the last job are kept, so a
     rank that finished before its peers says so.
     """
-    from .where import stack_frames
-
     active, slot = _runtime.active, _runtime.slot
     facts: dict[str, Any] = {"running": False, "pid": os.getpid()}
     if active is not None:

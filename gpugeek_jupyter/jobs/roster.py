@@ -12,10 +12,11 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import JobFailedError
 from ..nvml import GpuLinks
+from ..polling import poll_until
 from .layout import Layout, plan_layout, workers_from_scheduler_info
 from .transport import PoolTransport
 
@@ -55,31 +56,37 @@ class WorkerRoster:
             return self.layout, False
         expected = max(1, int(self.pool.spec.count))
         heal_timeout = get_config().worker_start_timeout
-        heal_deadline = now + heal_timeout
         shrink_at = now + get_config().elastic_wait_seconds if min_ranks is not None else None
-        while True:
+        live: dict[str, dict[str, Any]] = {}
+
+        def enough() -> bool:
             workers = self.transport.live_workers()
             # forget addresses the scheduler dropped (gone for good) and ones that, long after, did not go
             self.dead = {a: t for a, t in self.dead.items() if a in workers and time.monotonic() - t < DEAD_FORGET_S}
-            live = {a: w for a, w in workers.items() if a not in self.dead}
+            live.clear()
+            live.update((a, w) for a, w in workers.items() if a not in self.dead)
             if len(live) >= expected:
-                break
-            if shrink_at is not None and min_ranks is not None and time.monotonic() >= shrink_at:
-                if len(live) >= min_ranks:
-                    log.info(
-                        "pool %s: %d of its %d workers remain; the job goes on with %d ranks",
-                        self.pool.name,
-                        len(live),
-                        expected,
-                        len(live),
-                    )
-                    break
-            if time.monotonic() > heal_deadline:
-                raise JobFailedError(
-                    f"pool '{self.pool.name}' has {len(live)} of its {expected} workers ready after "
-                    f"{heal_timeout:.0f} s; see its dashboard, or stop it and launch a new one"
-                )
-            time.sleep(0.05)
+                return True
+            if shrink_at is None or min_ranks is None or time.monotonic() < shrink_at or len(live) < min_ranks:
+                return False
+            log.info(
+                "pool %s: %d of its %d workers remain; the job goes on with %d ranks",
+                self.pool.name,
+                len(live),
+                expected,
+                len(live),
+            )
+            return True
+
+        def unhealed() -> JobFailedError:
+            return JobFailedError(
+                f"pool '{self.pool.name}' has {len(live)} of its {expected} workers ready after "
+                f"{heal_timeout:.0f} s; see its dashboard, or stop it and launch a new one"
+            )
+
+        poll_until(
+            enough, timeout=heal_timeout, interval=0.05, what=f"pool '{self.pool.name}' workers", on_timeout=unhealed
+        )
         layout = plan_layout(
             workers_from_scheduler_info(
                 live, lambda _address, name: self.pool.pricing_of(name), links=self._gpu_links(list(live))

@@ -77,9 +77,7 @@ class ShardedCheckpoint(CheckpointBase):
         import torch
         import torch.distributed.checkpoint as dcp
 
-        from .helpers import _agree
-
-        name = _agree(self.store.newest())  # rank 0 decides, so every rank loads the same one
+        name = self._agree(self.store.newest())  # rank 0 decides, so every rank loads the same one
         if name is None:
             return self.step
         path = self.store.path(name)
@@ -106,15 +104,13 @@ class ShardedCheckpoint(CheckpointBase):
         """
         import torch.distributed.checkpoint as dcp
 
-        from .helpers import _agree
-
         self.wait()  # one save in flight at a time, in order
         background = self.asynchronous if asynchronous is None else asynchronous
         token = uuid.uuid4().hex[:12]
         if self.rank == 0:
             self.store.make()
             self.store.clear_for(step)
-        token = _agree(token)  # the same staging directory on every rank, once rank 0 has made room
+        token = self._agree(token)  # the same staging directory on every rank, once rank 0 has made room
         staging = self.store.staging(step, token)
         final = self.store.path(self.store.name_of(step))
         partial = str(self.store.path(staging))  # where DCP writes; a URL goes through its fsspec storage

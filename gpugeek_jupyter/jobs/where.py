@@ -27,80 +27,27 @@ rank, which the job driver has at a timeout or an interrupt.
 from __future__ import annotations
 
 import collections
-import linecache
 import os
 import re
-import sysconfig
 import time
-import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GpugeekError, NotFoundError, Phrase, Setting, Value
 from ..store import JobStatus, PoolRecord, Registry, get_registry
-from .cell import CELL_FILENAME
-from .diagnose import _is_library_file
 from .output import format_ranks
+from .rank import stack_rank
+from .rank_stack import stack_frames
 
 __all__ = ["WHERE_TIMEOUT_S", "WhereReport", "group_where", "pool_to_ask", "stack_frames", "where_report"]
 
 WHERE_TIMEOUT_S = 5.0  # a worker that has not answered within this is "not responding"
 CONNECT_TIMEOUT_S = 5.0  # to reach the pool's scheduler
-MAX_FRAMES = 64  # innermost frames a rank sends (deep recursion is cut)
-CELL_NAME = "cell"  # how the %%gpugeek_run cell's file is shown: cell:3
 CALLS_SHOWN = 3  # library frames shown below the innermost user frame (what the rank is calling)
 
 NOT_RESPONDING = "not responding"
 FINISHED = "finished"
-
-
-# -- the rank side: one thread's stack as JSON-ready frames ------------------------------------------
-def stack_frames(frame: types.FrameType | None, user_filename: str) -> list[dict[str, Any]]:
-    """The stack from ``frame`` outwards, innermost first: ``file``, its short ``name``, ``line``,
-    ``function``, the source ``code`` and whether it is ``user`` code (``user_filename``, the job's
-    cell or script, or any file outside the libraries)."""
-    frames: list[dict[str, Any]] = []
-    while frame is not None and len(frames) < MAX_FRAMES:
-        filename, line = frame.f_code.co_filename, frame.f_lineno or 0
-        user = filename == user_filename or not _is_library_file(filename)
-        frames.append(
-            {
-                "file": filename,
-                "name": _short_name(filename, user),
-                "line": line,
-                "function": frame.f_code.co_name,
-                "code": linecache.getline(filename, line).strip(),
-                "user": user,
-            }
-        )
-        frame = frame.f_back
-    return frames
-
-
-def _short_name(filename: str, user: bool) -> str:
-    """``cell``, ``train.py`` for user files; a library file from its package: ``torch/nn/modules/module.py``."""
-    if filename == CELL_FILENAME:
-        return CELL_NAME
-    if filename.startswith("<"):
-        return filename
-    if user:
-        return os.path.basename(filename)
-    normalized = filename.replace(os.sep, "/")
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in normalized:
-            return normalized.rsplit(marker, 1)[1]
-    if "/gpugeek_jupyter/" in normalized:
-        return "gpugeek_jupyter/" + normalized.rsplit("/gpugeek_jupyter/", 1)[1]
-    for root in _library_roots():
-        if normalized.startswith(root):
-            return normalized[len(root) :]
-    return os.path.basename(filename)
-
-
-def _library_roots() -> list[str]:
-    paths = {sysconfig.get_paths().get(key, "") for key in ("stdlib", "platstdlib")}
-    return sorted((p.replace(os.sep, "/").rstrip("/") + "/" for p in paths if p), key=len, reverse=True)
 
 
 # -- grouping: the same text for a live report and for the driver's where_rank answers ---------------
@@ -345,7 +292,6 @@ def where_report(
     >>> print(where_report("dev").summary())  # doctest: +SKIP
     job 3f2a9c on pool 'dev', 2 ranks: rank 0 waiting in dist.all_reduce at cell:5; rank 1 at cell:3
     """
-    from . import rank as rank_side
     from .transport import ask_scheduler_workers
 
     started = time.monotonic()
@@ -354,7 +300,7 @@ def where_report(
     try:
         security = _pool_security(pool_name_or_record, pool_id, registry)
         workers, answers = ask_scheduler_workers(
-            address, name, rank_side.stack_rank, timeout=timeout, connect_timeout=CONNECT_TIMEOUT_S, security=security
+            address, name, stack_rank, timeout=timeout, connect_timeout=CONNECT_TIMEOUT_S, security=security
         )
     except (OSError, TimeoutError, GpugeekError) as e:  # data that says why, not an error: the pool may be going
         unreachable = f"its scheduler {address} does not answer ({type(e).__name__}: {e})"

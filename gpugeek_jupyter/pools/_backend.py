@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..errors import Phrase, PoolStartError
+from ..polling import poll_until
+
 if TYPE_CHECKING:
     from distributed import Client
     from distributed.security import Security
@@ -79,29 +82,26 @@ class Backend(Protocol):
 
 def wait_for_workers(client: Client, count: int, on_progress: ProgressCallback, timeout: float, what: str) -> None:
     """Report progress until ``count`` workers are connected; PoolStartError after ``timeout`` s."""
-    import time
+    seen = [-1]  # the count reported last
 
-    from ..errors import Phrase, PoolStartError
-
-    deadline = time.monotonic() + timeout
-    last = -1
-    while True:
+    def connected() -> bool:
         ready = len(client.scheduler_info(n_workers=-1).get("workers", {}))
-        if ready != last:
+        if ready != seen[0]:
             on_progress(min(ready, count), count)
-            last = ready
-        if ready >= count:
-            return
-        if time.monotonic() > deadline:
-            raise PoolStartError(
-                Phrase(
-                    "{what}: only {ready}/{count} workers connected within {timeout} s "
-                    "(raise GpugeekConfig.worker_start_timeout, or ask for fewer with {field})",
-                    what=what,
-                    ready=str(ready),
-                    count=str(count),
-                    timeout=f"{timeout:.0f}",
-                ),
-                field="count",
-            )
-        time.sleep(0.05)
+            seen[0] = ready
+        return ready >= count
+
+    def too_few() -> PoolStartError:
+        return PoolStartError(
+            Phrase(
+                "{what}: only {ready}/{count} workers connected within {timeout} s "
+                "(raise GpugeekConfig.worker_start_timeout, or ask for fewer with {field})",
+                what=what,
+                ready=str(seen[0]),
+                count=str(count),
+                timeout=f"{timeout:.0f}",
+            ),
+            field="count",
+        )
+
+    poll_until(connected, timeout=timeout, interval=0.05, what=what, on_timeout=too_few)

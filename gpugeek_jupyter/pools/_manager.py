@@ -10,11 +10,13 @@ them) and runs the plugins' ``heartbeat`` hooks (cost watchers, preemption recor
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from ..config import get_config
 from ..dashboards import browser_link
 from ..errors import ConflictError, GpugeekError, PoolStartError, SpecError
 from ..logs import set_library_log_level
+from ..polling import poll_until
 from ..pricing import prices_in_force
 from ..spec import PoolSpec
 from ..store import PoolRecord, PoolStatus, Registry, get_registry
@@ -40,6 +43,8 @@ from .dashboard_socket import prepare_dashboard_socket, prune_dashboard_sockets,
 log = logging.getLogger(__name__)
 
 HOUSEKEEPING_MIN_TIMEOUT_S = 10.0
+# threads that run housekeeping tasks: a pool stuck in a plugin holds one, the other pools use the rest
+HOUSEKEEPING_WORKERS = 4
 
 
 def backend_for(name: str) -> Backend:
@@ -101,11 +106,11 @@ class PoolManager:
       ``GpugeekConfig.heartbeat_seconds``, the heartbeat of every pool this process keeps alive
       (starting, ready or stopping) in one registry write, and reads stop requests. It never talks
       to dask; a stop request it reads is carried out on a thread of its own (``gpugeek-stop-NAME``);
-    - **housekeeping** (thread ``gpugeek-housekeeping``) starts, once per period, one task per ready
-      owned pool, each on a thread of its own (``gpugeek-housekeeping-NAME``): worker intervals
-      first, then every plugin's ``heartbeat`` hook, within :attr:`housekeeping_timeout` seconds.
-      A pool whose previous task still runs is skipped for the period (logged once), so one slow
-      pool delays neither the others nor the beat.
+    - **housekeeping** (thread ``gpugeek-housekeeping``) submits, once per period, one task per ready
+      owned pool to a pool of :data:`HOUSEKEEPING_WORKERS` threads (``gpugeek-housekeeping-task``,
+      made once and reused): worker intervals first, then every plugin's ``heartbeat`` hook, within
+      :attr:`housekeeping_timeout` seconds. A pool whose previous task has not finished is skipped
+      for the period (logged once), so one slow pool delays neither the others nor the beat.
 
     Extensions (cost watchers, job ending, notices, cards) are :class:`PoolLifecyclePlugin`\\ s,
     see :meth:`register_plugin`.
@@ -125,7 +130,8 @@ class PoolManager:
         self._kept_alive: set[int] = set()  # ids of owned pools not yet final: the liveness beat renews them
         self._stopping: dict[int, threading.Event] = {}  # pool id -> set once its stop has finished
         self._stop_threads: dict[int, threading.Thread] = {}
-        self._housekeeping: dict[int, tuple[threading.Thread, float]] = {}  # pool id -> (task, monotonic start)
+        self._housekeeping: dict[int, tuple[Future[None], float]] = {}  # pool id -> (task, monotonic submit)
+        self._executor: Executor | None = None  # runs the housekeeping tasks, made by _ensure_threads
         self._overdue: set[int] = set()  # pools whose skip or late finish was logged, until they catch up
         self._task = threading.local()  # the deadline of the housekeeping task on this thread
         self._threads: list[threading.Thread] = []
@@ -341,17 +347,21 @@ class PoolManager:
     def request_stop(self, name: str, timeout: float = 60.0) -> PoolRecord:
         """Ask the owning process to stop ``name`` and wait until it has (or the owner is found dead)."""
         config = get_config()
-        record = self.registry.request_stop(name)
-        deadline = time.monotonic() + timeout
-        while record.status.is_live and time.monotonic() < deadline:
-            time.sleep(0.2)
+        requested = self.registry.request_stop(name)
+        if not requested.status.is_live:
+            return requested
+
+        def stopped() -> PoolRecord | None:
             self.registry.mark_lost_pools(config.lost_after_seconds)
-            record = self.registry.pool_by_id(record.id)
-        if record.status.is_live:
-            raise GpugeekError(
-                f"pool '{name}' did not stop within {timeout:.0f} s; its owner ({record.owner}) may be busy"
+            record = self.registry.pool_by_id(requested.id)
+            return None if record.status.is_live else record
+
+        def still_live() -> GpugeekError:
+            return GpugeekError(
+                f"pool '{name}' did not stop within {timeout:.0f} s; its owner ({requested.owner}) may be busy"
             )
-        return record
+
+        return poll_until(stopped, timeout=timeout, interval=0.2, what=f"pool '{name}' to stop", on_timeout=still_live)
 
     def stop_all(self, reason: str = "stopped by the user") -> list[str]:
         names = [p.name for p in self.pools()]
@@ -427,6 +437,10 @@ class PoolManager:
     def shutdown(self) -> None:
         """Stop every pool this process owns (at interpreter exit)."""
         self._stop_event.set()
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)  # a task still running is bounded by its deadline
         for pool in self.pools():
             try:
                 if pool.owned:
@@ -446,6 +460,15 @@ class PoolManager:
             if self._threads and all(t.is_alive() for t in self._threads):
                 return
             self._stop_event.clear()
+            if self._executor is None:
+                # distributed's executor, whose threads are daemons: a hook stuck past its deadline
+                # never holds up the interpreter's exit (the standard one joins its threads at exit).
+                # Lazy: distributed is heavy, and a manager that launches nothing never needs it.
+                from distributed.threadpoolexecutor import ThreadPoolExecutor as DaemonThreadPoolExecutor
+
+                self._executor = DaemonThreadPoolExecutor(
+                    max_workers=HOUSEKEEPING_WORKERS, thread_name_prefix="gpugeek-housekeeping-task"
+                )
             self._threads = [
                 threading.Thread(
                     target=self._every_period,
@@ -497,11 +520,9 @@ class PoolManager:
         return self.housekeeping_timeout if deadline is None else max(0.0, deadline - time.monotonic())
 
     def schedule_housekeeping(self) -> None:
-        """Start one housekeeping task per ready owned pool, skipping pools whose last one still runs.
-
-        Each task is a daemon thread of its own: a task stuck on a pool never holds up another
-        pool's, and never holds up the interpreter's exit (a thread pool's threads would be joined).
-        """
+        """Submit one housekeeping task per ready owned pool, skipping pools whose last one has not
+        finished (queued or running), so at most one task per pool is ever waiting: a pool stuck in a
+        hook holds one of the :data:`HOUSEKEEPING_WORKERS` threads and never another pool's task."""
         now = time.monotonic()
         with self._lock:
             owned = [p for p in self._pools.values() if p.owned]
@@ -509,7 +530,7 @@ class PoolManager:
                 del self._housekeeping[gone]
         for pool in owned:
             previous = self._housekeeping.get(pool.id)
-            if previous is not None and previous[0].is_alive():
+            if previous is not None and not previous[0].done():
                 if pool.id not in self._overdue:  # a busy machine: the pool's lease is kept all the same
                     self._overdue.add(pool.id)
                     log.info(
@@ -518,14 +539,13 @@ class PoolManager:
                         now - previous[1],
                     )
                 continue
-            task = threading.Thread(
-                target=self._housekeep,
-                args=(pool, now + self.housekeeping_timeout),
-                name=f"gpugeek-housekeeping-{pool.name}",
-                daemon=True,
-            )
+            with self._lock:
+                executor = self._executor
+            if executor is None:
+                return  # shut down meanwhile
+            task = executor.submit(self._housekeep, pool, now + self.housekeeping_timeout)
+            task.add_done_callback(functools.partial(_log_failed_housekeeping, pool.name))
             self._housekeeping[pool.id] = (task, now)
-            task.start()
 
     def _housekeep(self, pool: Pool, deadline: float) -> None:
         """Worker intervals, then every plugin's ``heartbeat`` hook, for one pool, until ``deadline``."""
@@ -590,6 +610,13 @@ class PoolManager:
             if self._trackers.get(name) is not tracker:
                 return  # stopped while we asked: its intervals are closed for good
         tracker.sync(workers, pids)
+
+
+def _log_failed_housekeeping(pool_name: str, task: Future[None]) -> None:
+    """A housekeeping task's unexpected error, which its future would otherwise keep to itself."""
+    error = None if task.cancelled() else task.exception()
+    if error is not None:
+        log.warning("pool %s: housekeeping failed: %s: %s", pool_name, type(error).__name__, error)
 
 
 def _refuse_inside_a_reimported_main() -> None:

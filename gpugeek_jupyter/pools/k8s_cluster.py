@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +27,7 @@ from distributed.deploy.cluster import Cluster
 from distributed.utils import format_dashboard_link
 
 from ..errors import PoolStartError
+from ..polling import apoll_until
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +71,29 @@ class KubernetesPoolCluster(Cluster):
         return dict(self.security.get_connection_args("client")) if self.security is not None else {}
 
     async def _start(self) -> None:
-        deadline = time.monotonic() + self._timeout
-        while True:
+        refused: list[OSError] = []  # the last probe's answer
+
+        async def answers() -> bool:
             try:
                 async with rpc(self._address, connection_args=self._connection_args()) as probe:
                     await probe.identity()
-                break
             except OSError as e:  # not listening yet, or refused the handshake
-                if time.monotonic() > deadline:
-                    raise PoolStartError(
-                        f"pool '{self.name}': its scheduler at {self._address} did not answer within "
-                        f"{self._timeout:.0f} s ({type(e).__name__}: {e})"
-                    ) from e
-                await asyncio.sleep(PROBE_INTERVAL_S)
+                refused[:] = [e]
+                return False
+            return True
+
+        def silent() -> PoolStartError:
+            e = refused[0]
+            error = PoolStartError(
+                f"pool '{self.name}': its scheduler at {self._address} did not answer within "
+                f"{self._timeout:.0f} s ({type(e).__name__}: {e})"
+            )
+            error.__cause__ = e
+            return error
+
+        await apoll_until(
+            answers, timeout=self._timeout, interval=PROBE_INTERVAL_S, what=f"pool '{self.name}'", on_timeout=silent
+        )
         self.scheduler_comm = rpc(self._address, connection_args=self._connection_args())
         await super()._start()
 

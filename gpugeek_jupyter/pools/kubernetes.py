@@ -27,6 +27,7 @@ the ``kubernetes`` extra.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailableError, GpugeekError, Phrase, PoolStartError, Setting
+from ..polling import PollTimeout, apoll_until, poll_until
 from ._backend import ProgressCallback, RunningCluster, wait_for_workers
 from ._plugin import PoolLifecyclePlugin
 from .k8s_errors import disruption_of, explain_pending, no_credentials_error, translate_api_error, unreachable_error
@@ -209,26 +211,34 @@ def _pod_ready(pod: dict[str, Any]) -> bool:
 def wait_for_scheduler_pod(api: Any, spec: PoolSpec, deadline: float, timeout: float) -> None:
     """Until the scheduler pod is Ready; PoolStartError saying why at the deadline."""
     assert spec.namespace
+    namespace = spec.namespace
     selector = f"dask.org/cluster-name={spec.name},dask.org/component=scheduler"
-    while True:
-        pods = _pods(api, spec.namespace, selector)
-        if any(_pod_ready(p) for p in pods):
-            return
-        if time.monotonic() > deadline:
+    pods: list[dict[str, Any]] = []
+
+    def ready() -> bool:
+        pods[:] = _pods(api, namespace, selector)
+        return any(_pod_ready(p) for p in pods)
+
+    def not_ready() -> PoolStartError:
+        why = explain_pending(pods, _events_for(api, namespace, pods)) if pods else _operator_silence(api, spec)
+        if pods and why == "no pod is Pending":
+            name = pods[0]["metadata"]["name"]
             why = (
-                explain_pending(pods, _events_for(api, spec.namespace, pods)) if pods else _operator_silence(api, spec)
+                f"pod {name} is {pods[0].get('status', {}).get('phase')} but not ready "
+                f"(see kubectl -n {namespace} logs {name})"
             )
-            if pods and why == "no pod is Pending":
-                name = pods[0]["metadata"]["name"]
-                why = (
-                    f"pod {name} is {pods[0].get('status', {}).get('phase')} but not ready "
-                    f"(see kubectl -n {spec.namespace} logs {name})"
-                )
-            raise PoolStartError(
-                f"pool '{spec.name}': the dask scheduler was not ready within {timeout:.0f} s: {why} "
-                f"(raise GPUGEEK_WORKER_START_TIMEOUT if nodes are still being added)"
-            )
-        time.sleep(POLL_SECONDS)
+        return PoolStartError(
+            f"pool '{spec.name}': the dask scheduler was not ready within {timeout:.0f} s: {why} "
+            f"(raise GPUGEEK_WORKER_START_TIMEOUT if nodes are still being added)"
+        )
+
+    poll_until(
+        ready,
+        timeout=deadline - time.monotonic(),
+        interval=POLL_SECONDS,
+        what=f"pool '{spec.name}' scheduler pod",
+        on_timeout=not_ready,
+    )
 
 
 # -- the backend --------------------------------------------------------------------------------------
@@ -473,8 +483,6 @@ class KubernetesWorkerGroup:
         await self._set_replicas(n)
 
     async def scale_down(self, worker_names: list[str]) -> None:
-        import asyncio
-
         import kr8s
         from kr8s.asyncio.objects import Deployment
 
@@ -485,12 +493,14 @@ class KubernetesWorkerGroup:
                 await deployment.delete()
             except kr8s.NotFoundError:
                 pass
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        async def deleted() -> bool:
             await self.refresh()
-            if not self._requested & set(mine):
-                break
-            await asyncio.sleep(0.5)
+            return not self._requested & set(mine)
+
+        # a deployment still listed after a minute is left to the operator; the replicas are set all the same
+        with contextlib.suppress(PollTimeout):
+            await apoll_until(deleted, timeout=60, interval=0.5, what=f"workers {mine} to go")
         await self._set_replicas(len(self._requested))
 
 

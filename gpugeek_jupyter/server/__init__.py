@@ -33,8 +33,9 @@ from jupyter_server.extension.application import ExtensionApp
 from ..config import GpugeekConfig, set_config
 from ..runtime import create_pool_manager
 from ..store import get_registry
-from .handlers import SERVICE_SETTING, WRITES_EXECUTOR_SETTING, route_table
+from .handlers import route_table
 from .service import SERVER_OWNER, GpugeekService
+from .settings import SERVICE_SETTING, WRITES_EXECUTOR_SETTING
 
 __all__ = ["GpugeekServerExtension", "GpugeekService"]
 

@@ -27,7 +27,7 @@ from tornado import web
 from ..errors import GpugeekError, Surface
 from ..pools.dashboard_socket import owned_dashboard_socket
 from ..store import Registry
-from .handlers import AUTH_RESOURCE, SERVICE_SETTING
+from .settings import AUTH_RESOURCE, SERVICE_SETTING
 
 LOCALHOST = "localhost"  # what jupyter-server-proxy requires of a Unix socket's host; the port is unused
 

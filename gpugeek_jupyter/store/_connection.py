@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..polling import poll_until
 from ._private import secure_registry_files
 
 BUSY_TIMEOUT_S = 60.0
@@ -36,15 +37,19 @@ def connect(path: Path) -> sqlite3.Connection:
 @contextmanager
 def immediate_transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """``BEGIN IMMEDIATE`` (retried while another writer holds the lock) ... ``COMMIT``, or ``ROLLBACK``."""
-    deadline = time.monotonic() + LOCK_RETRY_S
-    while True:
+    held: list[sqlite3.OperationalError] = []  # the last "locked" or "busy" answer
+
+    def began() -> bool:
         try:
             db.execute("BEGIN IMMEDIATE")
-            break
         except sqlite3.OperationalError as e:
-            if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+            if "locked" not in str(e) and "busy" not in str(e):
                 raise
-            time.sleep(0.01)
+            held[:] = [e]
+            return False
+        return True
+
+    poll_until(began, timeout=LOCK_RETRY_S, interval=0.01, what="the registry's write lock", on_timeout=lambda: held[0])
     try:
         yield db
     except BaseException:

@@ -127,6 +127,25 @@ def test_a_pool_whose_housekeeping_hangs_is_skipped_while_other_pools_and_every_
     wait_for(lambda: calls["stuck"] >= 2, 10, "the stuck pool's housekeeping resuming")
 
 
+def test_housekeeping_runs_on_a_few_reused_threads_not_a_new_thread_per_pool_per_period(manager: PoolManager) -> None:
+    from gpugeek_jupyter.pools._manager import HOUSEKEEPING_WORKERS
+
+    ran_on: list[threading.Thread] = []  # the thread objects themselves: a new thread is a new object
+
+    class Housekeeping(PoolLifecyclePlugin):
+        def heartbeat(self, manager: Any, pool: Pool) -> None:
+            ran_on.append(threading.current_thread())
+
+    manager.register_plugin(Housekeeping(), name="housekeeping")
+    adopt(manager, "one")
+    adopt(manager, "two")
+    periods = 3 * HOUSEKEEPING_WORKERS
+    wait_for(lambda: len(ran_on) >= 2 * periods, 30, f"{periods} housekeeping periods of two pools")
+    threads = set(ran_on)
+    assert len(threads) <= HOUSEKEEPING_WORKERS, sorted(t.name for t in threads)
+    assert all(t.daemon for t in threads)  # a stuck hook never holds up the interpreter's exit
+
+
 def test_a_stop_request_is_carried_out_off_the_beat_and_the_pool_stays_beaten_while_it_stops(
     manager: PoolManager,
 ) -> None:
