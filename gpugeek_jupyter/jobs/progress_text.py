@@ -16,6 +16,8 @@ Modes: ``"all"`` (a line per bar of every rank), ``"rank0"`` (rank 0's bars only
 (one line per bar id for all ranks together, their slowest and fastest position:
 ``[ranks 0-7] train: 20-22/50 40%-44% 19.8 it/s``). :func:`choose_mode` picks the default.
 The widget renderer (``gpugeek_jupyter.widgets.progress``) shares :func:`aggregate` and the formats.
+Numbers and times come from tqdm's own ``format_sizeof`` and ``format_interval``; its
+``format_meter`` is not used, since a line here carries no bar and writes rates as ``19.8 it/s``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from tqdm import tqdm
 
 from ..errors import SpecError
 from .output import format_ranks
@@ -51,21 +55,14 @@ def choose_mode(mode: str | None, world_size: int) -> str:
 
 # -- numbers -------------------------------------------------------------------------------------
 def format_count(value: float, unit_scale: bool = False, divisor: int = 1000) -> str:
-    """A bar's position or total as tqdm writes it: ``50``, ``2.5``, ``1.23M`` with ``unit_scale``.
+    """A bar's position or total as tqdm writes it: ``50``, ``2.5``, ``1.23M`` with ``unit_scale``
+    (tqdm's own ``format_sizeof``).
 
     >>> format_count(50), format_count(2.5), format_count(1_234_567, unit_scale=True)
     ('50', '2.5', '1.23M')
     """
     if unit_scale:
-        for prefix in ("", "k", "M", "G", "T", "P", "E", "Z"):
-            if abs(value) < 999.5:
-                if abs(value) < 99.95:
-                    if abs(value) < 9.995:
-                        return f"{value:1.2f}{prefix}"
-                    return f"{value:2.1f}{prefix}"
-                return f"{value:3.0f}{prefix}"
-            value /= divisor
-        return f"{value:3.1f}Y"
+        return str(tqdm.format_sizeof(value, divisor=divisor))
     if float(value).is_integer():
         return str(int(value))
     return f"{value:.4g}"
@@ -94,10 +91,8 @@ def format_rate(rate: float | None, unit: str, unit_scale: bool = False, divisor
 
 
 def format_elapsed(seconds: float) -> str:
-    """``00:42`` or ``1:02:03``, as tqdm writes times."""
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours:d}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+    """``00:42`` or ``1:02:03``: tqdm's own ``format_interval``."""
+    return str(tqdm.format_interval(seconds))
 
 
 # -- one bar, and a bar across ranks -------------------------------------------------------------

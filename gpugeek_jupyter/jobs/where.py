@@ -37,7 +37,6 @@ from typing import Any
 from ..errors import GpugeekError, NotFoundError, Phrase, Setting, Value
 from ..store import JobStatus, PoolRecord, Registry, get_registry
 from .output import format_ranks
-from .rank import stack_rank
 from .rank_stack import stack_frames
 
 __all__ = ["WHERE_TIMEOUT_S", "WhereReport", "group_where", "pool_to_ask", "stack_frames", "where_report"]
@@ -292,6 +291,8 @@ def where_report(
     >>> print(where_report("dev").summary())  # doctest: +SKIP
     job 3f2a9c on pool 'dev', 2 ranks: rank 0 waiting in dist.all_reduce at cell:5; rank 1 at cell:3
     """
+    # lazy: the rank side brings its output capture and tqdm (~150 ms), which only asking needs
+    from .rank import stack_rank
     from .transport import ask_scheduler_workers
 
     started = time.monotonic()
