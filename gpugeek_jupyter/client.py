@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -231,17 +232,23 @@ class Job:
         """Start a script as :meth:`run` would, without waiting: its :class:`~gpugeek_jupyter.JobHandle`
         (``.status()``, ``.logs(follow=True)``, ``.wait()``, ``.result()``, ``.cancel()``).
 
-        The job is the user's agent's, so it goes on when this process ends; the pool must be a
-        kept one (``create_job(..., keep=True)``, ``launch(..., keep=True)``).
+        The job is the user's agent's, so it goes on when this process ends, and so is its pool: a
+        pool this job launched that is not kept yet (``create_job(..., keep=True)``) is launched again
+        by the agent first (a line on stderr says so); it then ends by ``pool.stop()`` or
+        ``%gpugeek_stop``, not by this ``Job``'s :meth:`stop` nor with this process.
 
         >>> handle = job.submit(script_path="train.py", hyperparams={"lr": 3e-5})   # doctest: +SKIP
         >>> gpugeek_jupyter.job(handle.id).wait().result().returncodes              # doctest: +SKIP
         [0, 0]
         """
-        from .detached import submit_request
+        from .detached import keep_pool, submit_request
         from .jobs import script_request
 
         with phrased_for(Surface.PYTHON):
+            self.pool, kept_now = keep_pool(self.pool)
+            if kept_now is not None:
+                self.owns_pool = False  # the agent's now, like a pool of create_job(keep=True)
+                print(f"[gpugeek] {kept_now}", file=sys.stderr, flush=True)
             request = script_request(
                 script_path,
                 args,

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..pools import Pool
     from ..spec import PoolSpec
 
-__all__ = ["JobHandle", "is_kept", "job", "launch_kept", "submit_request"]
+__all__ = ["JobHandle", "is_kept", "job", "keep_pool", "launch_kept", "submit_request"]
 
 
 def launch_kept(spec: PoolSpec) -> Pool:
@@ -54,8 +54,66 @@ def is_kept(pool: Pool) -> bool:
     return pool.registry.pool_by_id(pool.id).owner.startswith(AGENT_OWNER)
 
 
+def keep_pool(pool: Pool) -> tuple[Pool, str | None]:
+    """Pool ``pool`` owned by the agent, so that a detached job on it outlives this process; and
+    the line that says what was done, when something was.
+
+    A kept pool is itself. A pool this process launched is launched again by the agent with the
+    same options (its workers are this process's children, so they cannot change hands): the job
+    then runs on fresh workers, and what the old ones held is gone. Refused while a job runs or
+    waits on it (launching it again would end that job), and for a pool another process owns.
+    """
+    if is_kept(pool):
+        return pool, None
+    from ..runtime import get_pool_manager
+
+    manager = get_pool_manager()
+    if not pool.owned:
+        raise ConflictError(
+            Phrase(
+                "pool {name} belongs to another process ({owner}) and ends with it, and a detached job with it; {how}",
+                name=Value(pool.name),
+                owner=pool.registry.pool_by_id(pool.id).owner,
+                how=_KEPT_HOW,
+            )
+        )
+    open_jobs = pool.registry.open_jobs(pool.id)
+    if open_jobs:
+        raise ConflictError(
+            Phrase(
+                "pool {name} is busy with {job} ({status}): a detached job would launch it again under "
+                "the agent, which ends that job; wait for it, or {how}",
+                name=Value(pool.name),
+                job=open_jobs[0].id,
+                status=open_jobs[0].status.value,
+                how=_KEPT_HOW,
+            )
+        )
+    spec = pool.spec
+    manager.stop(pool.name, reason="launched again by the gpugeek agent, to be kept")
+    try:
+        kept = launch_kept(spec)
+    except GpugeekError as e:
+        raise GpugeekError(
+            f"pool '{spec.name}' was stopped to be launched again by the gpugeek agent, and that launch failed: {e}"
+        ) from e
+    workers = f"{spec.count} x {spec.gpu_type}"
+    return kept, (
+        f"pool '{spec.name}' is kept now: the agent launched it again ({workers}), so it and the job "
+        "outlive this process; what its old workers held is gone"
+    )
+
+
+_KEPT_HOW = PerSurface(
+    core="run detached jobs on a kept pool",
+    magic="run detached jobs on a kept pool: %gpugeek_launch --keep ...",
+    python="run detached jobs on a kept pool: gpugeek_jupyter.launch(..., keep=True)",
+)
+
+
 def submit_request(pool: Pool, request: JobRequest) -> JobHandle:
-    """Run ``request`` on kept pool ``pool`` without waiting for it; its handle."""
+    """Run ``request`` on kept pool ``pool`` without waiting for it; its handle (see
+    :func:`keep_pool` for a pool that is not kept yet)."""
     from .connection import connect
 
     if not is_kept(pool):
@@ -63,11 +121,7 @@ def submit_request(pool: Pool, request: JobRequest) -> JobHandle:
             Phrase(
                 "pool {name} ends with the process that launched it, and a detached job with it; {how}",
                 name=Value(pool.name),
-                how=PerSurface(
-                    core="run detached jobs on a kept pool",
-                    magic="run detached jobs on a kept pool: %gpugeek_launch --keep ...",
-                    python="run detached jobs on a kept pool: gpugeek_jupyter.launch(..., keep=True)",
-                ),
+                how=_KEPT_HOW,
             )
         )
     from ..jobs.pool_queue import this_submitter

@@ -281,7 +281,7 @@ class JobMagics(Magics):
         min_ranks: int | None,
         ranks: tuple[int, ...] | None,
     ) -> None:
-        from ..detached import submit_request
+        from ..detached import keep_pool, submit_request
         from ..jobs import cell_request, script_request
 
         if args.out is not None:
@@ -310,6 +310,9 @@ class JobMagics(Magics):
                 ranks=ranks,
                 **common,
             )
+        pool, kept_now = keep_pool(pool)
+        if kept_now is not None:
+            print(f"[gpugeek] {kept_now}")
         handle = submit_request(pool, request)
         print(
             f"[gpugeek] {handle.id} runs on pool '{pool.name}', detached: follow it with "

@@ -303,7 +303,7 @@ class PoolManager:
         self.registry.mark_lost_pools(get_config().lost_after_seconds)
         record = self.registry.live_pool(name)
         if record.status is not PoolStatus.READY or not record.scheduler_address:
-            raise GpugeekError(f"pool '{name}' is {record.status.value}, not ready; try again when it is")
+            raise ConflictError(f"pool '{name}' is {record.status.value}, not ready; try again when it is")
         security = connection_security(record, self.registry)
         try:
             client = PoolClient(

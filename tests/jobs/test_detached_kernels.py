@@ -88,17 +88,40 @@ def test_a_detached_job_is_cancelled_from_another_kernel_within_five_seconds(age
     assert took < 5.0, f"the job took {took:.1f} s to end after its cancel"
 
 
+def test_a_detached_cell_on_this_kernels_pool_makes_it_kept_and_another_kernels_pool_is_refused(
+    agent_env: dict[str, str],
+) -> None:
+    import gpugeek_jupyter
+    from gpugeek_jupyter.store import get_registry
+
+    with magics_kernel(agent_env, launch="--gpu-type cpu --count 2 --name here --quiet") as owner:
+        with magics_kernel(agent_env) as other:
+            refused = other.run("%%gpugeek_run --pool here --detach\nprint(rank)", timeout=60)
+        detached = owner.run("%%gpugeek_run --detach\nimport time\ntime.sleep(2)\nrank + 10", timeout=120)
+        owner.kill()  # the job and its pool are the agent's now
+
+    assert refused.error is None and re.fullmatch(
+        r"UsageError: pool 'here' belongs to another process \(kernel .+\) and ends with it, and a detached job with it; "
+        r"run detached jobs on a kept pool: %gpugeek_launch --keep \.\.\.",
+        refused.stderr.strip(),
+    ), refused.text
+    assert detached.error is None and detached.stdout.startswith(
+        "[gpugeek] pool 'here' is kept now: the agent launched it again (2 x cpu), so it and the job outlive "
+        "this process; what its old workers held is gone\n"
+    ), detached.text
+    found = re.search(r"(job-[0-9a-f]{8}) runs on pool 'here', detached", detached.stdout)
+    assert found, detached.text
+    assert gpugeek_jupyter.job(found.group(1)).wait(timeout=120).result().values == [10, 11]
+    record = get_registry().latest_pool("here")
+    assert record.status.value == "ready" and record.owner.startswith("gpugeek agent (pid "), record
+
+
 def test_detached_input_mistakes_are_one_line_errors(agent_env: dict[str, str]) -> None:
     with magics_kernel(agent_env, launch="--gpu-type cpu --count 2 --name here --quiet") as kernel:
-        not_kept = kernel.run("%%gpugeek_run --detach\nprint(rank)")
         with_out = kernel.run("%%gpugeek_run --detach -o values\nprint(rank)")
         unknown = kernel.run("%gpugeek_attach job-00000000")
         python_unknown = kernel.run("import gpugeek_jupyter\ngpugeek_jupyter.job('job-00000000')")
 
-    assert not_kept.error is None and not_kept.stderr.strip() == (
-        "UsageError: pool 'here' ends with the process that launched it, and a detached job with it; "
-        "run detached jobs on a kept pool: %gpugeek_launch --keep ..."
-    ), not_kept.text
     assert with_out.error is None and with_out.stderr.startswith(
         "UsageError: --detach returns before the job's values exist, so -o values has nothing to store"
     ), with_out.text

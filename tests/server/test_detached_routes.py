@@ -15,6 +15,7 @@ import pytest
 from support.agent import agent_stopped_afterwards
 
 from .conftest import Fetch
+from .test_launch import wait_for_pool
 
 pytestmark = pytest.mark.slow
 
@@ -97,16 +98,31 @@ async def test_a_bad_submission_is_one_line_naming_the_field(
     assert "\n" not in reply["message"]
 
 
-async def test_a_job_on_a_pool_that_is_not_kept_is_refused_saying_how(
-    api: Fetch, cpu_pool: Any, tmp_path: Path
+async def test_a_job_on_a_pool_the_server_launched_makes_it_kept_and_on_anothers_pool_is_refused(
+    api: Fetch, cpu_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "t.py").write_text("print(1)\n")
+    from gpugeek_jupyter.store import get_registry
+
+    monkeypatch.setenv("GPUGEEK_AGENT_IDLE", "60")
+    (tmp_path / "t.py").write_text("import os\nprint('rank', os.environ['RANK'])\n")
     status, reply = await api("POST", "jobs", body={"pool": "test-pool", "script_path": str(tmp_path / "t.py")})
-    assert status == 409
-    assert reply["message"] == (
-        'pool "test-pool" ends with the process that launched it, and a detached job with it; '
-        "run detached jobs on a kept pool"
+    assert status == 409 and reply["message"] == (
+        f'pool "test-pool" belongs to another process (pid {os.getpid()}) and ends with it, and a detached job '
+        "with it; run detached jobs on a kept pool"
     ), reply
+    with agent_stopped_afterwards():
+        status, body = await api("POST", "pools", body={"gpu_type": "cpu", "count": 2, "name": "served"})
+        assert status == 201, body
+        await wait_for_pool(api, "served", "ready")
+        served = get_registry().latest_pool("served")
+        status, body = await api("POST", "jobs", body={"pool": "served", "script_path": str(tmp_path / "t.py")})
+        assert status == 201, body
+        events = await _events_until_end(api, body["job"]["id"])
+        record = get_registry().latest_pool("served")
+        assert record.id != served.id and record.owner.startswith("gpugeek agent (pid "), record
+        assert get_registry().pool_by_id(served.id).status.value == "stopped"
+    assert events[-1]["kind"] == "end" and events[-1]["status"] == "succeeded", events[-1]
+    assert {"rank 0\n", "rank 1\n"} <= {e["text"] for e in events if e["kind"] == "out"}, events
 
 
 async def test_a_pool_launched_with_keep_through_rest_belongs_to_the_agent(

@@ -1,0 +1,62 @@
+"""A detached job on a pool that is not kept yet, through the Python API: the pool is launched
+again by the real agent and the job outlives the process; refused while a job holds the pool."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support.agent import agent_stopped_afterwards
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def agent_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("GPUGEEK_AGENT_IDLE", "60")
+    with agent_stopped_afterwards():
+        yield
+
+
+def test_submit_on_a_pool_this_process_launched_makes_it_kept_unless_a_job_holds_it(
+    agent_settings: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpugeek_jupyter import ClusterClient
+    from gpugeek_jupyter.detached import is_kept
+    from gpugeek_jupyter.errors import ConflictError
+    from gpugeek_jupyter.jobs import run_cell
+
+    job = ClusterClient().create_job(gpu_type="cpu", count=2, name="mine")
+    first_pool = job.pool
+    holder = threading.Thread(target=run_cell, args=(first_pool, "import time\ntime.sleep(4)", {}))
+    holder.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not first_pool.registry.open_jobs(first_pool.id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        busy = first_pool.registry.open_jobs(first_pool.id)[0]
+        with pytest.raises(ConflictError) as refused:
+            job.submit(script_path=str(tmp_path / "never.py"))
+    finally:
+        holder.join()
+    assert str(refused.value) == (
+        f"pool 'mine' is busy with {busy.id} (running): a detached job would launch it again under the agent, "
+        "which ends that job; wait for it, or run detached jobs on a kept pool: "
+        "gpugeek_jupyter.launch(..., keep=True)"
+    )
+    assert job.pool is first_pool and first_pool.status.value == "ready"  # nothing was done
+
+    script = tmp_path / "train.py"
+    script.write_text("import os\nprint('rank', os.environ['RANK'], flush=True)\n")
+    handle = job.submit(script_path=str(script))
+    assert capsys.readouterr().err == (
+        "[gpugeek] pool 'mine' is kept now: the agent launched it again (2 x cpu), so it and the job outlive "
+        "this process; what its old workers held is gone\n"
+    )
+    assert handle.wait(timeout=120).result().returncodes == [0, 0]
+    assert job.pool is not first_pool and is_kept(job.pool) and not job.owns_pool
+    assert first_pool.registry.pool_by_id(first_pool.id).status.value == "stopped"
