@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .client import ClusterClient, Job
     from .detached import JobHandle
     from .pools import Pool
+    from .schedules import Schedule
     from .spec import PoolSpec
     from .store import PoolRecord
 
@@ -27,12 +28,14 @@ __all__ = [
     "JobHandle",
     "Pool",
     "PoolSpec",
+    "Schedule",
     "__version__",
     "current_pool",
     "job",
     "launch",
     "list_pools",
     "load_ipython_extension",
+    "schedule",
 ]
 
 _LAZY = {
@@ -42,6 +45,9 @@ _LAZY = {
     "Pool": ("gpugeek_jupyter.pools", "Pool"),
     "PoolSpec": ("gpugeek_jupyter.spec", "PoolSpec"),
     "PoolStatus": ("gpugeek_jupyter.store", "PoolStatus"),
+    "Schedule": ("gpugeek_jupyter.schedules", "Schedule"),
+    # a script or cell run every day or by cron, by the agent (gpugeek_jupyter.schedules.schedule)
+    "schedule": ("gpugeek_jupyter.schedules", "schedule"),
 }
 
 

@@ -78,7 +78,7 @@ class ScheduleRun:
     id: int
     schedule_id: str
     due_at: float
-    missed: int  # occurrences before this one that passed while no agent ran (run once, as this one)
+    missed: int  # how many occurrences this one run stands for, when several came due while no agent ran
     status: RunStatus
     job_id: str | None
     pool_name: str | None

@@ -1,0 +1,153 @@
+"""Scheduled runs with the real agent (a process of its own, started on demand by the schedule):
+runs that continue each other's checkpoints, an overlapping occurrence skipped, the agent killed
+across missed occurrences and one catch-up when it is back, and failures that pause."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psutil
+import pytest
+
+from support.agent import agent_stopped_afterwards
+
+pytestmark = pytest.mark.slow
+
+RESUMING_CELL = """
+import os
+import torch
+model = gg.ddp(torch.nn.Linear(2, 1))
+ckpt = gg.checkpoint(os.environ["GPUGEEK_CHECKPOINT_DIR"], model=model)
+start = ckpt.step
+for step in range(start, start + 2):
+    ckpt.save(step + 1)
+print(f"steps {start} to {ckpt.step}, resumed from {os.environ['GPUGEEK_RESUME_FROM'] or 'nothing'}", flush=True)
+(start, ckpt.step)
+"""
+
+
+@pytest.fixture
+def agent_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("GPUGEEK_AGENT_IDLE", "60")
+    with agent_stopped_afterwards():
+        yield
+
+
+@pytest.fixture
+def kept_pool(agent_settings: None) -> Any:
+    import gpugeek_jupyter
+
+    return gpugeek_jupyter.launch(gpu_type="cpu", count=2, name="kept", keep=True)
+
+
+def _until(what: str, check: Callable[[], Any], timeout: float = 180.0, about: Callable[[], Any] = list) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout:.0f} s: {what} ({about()})")
+
+
+def _ended(schedule: Any, status: str = "succeeded") -> list[Any]:
+    """The schedule's runs that ended so, oldest first."""
+    return [r for r in reversed(schedule.runs()) if r.status.value == status]
+
+
+def test_a_short_interval_schedule_runs_three_times_and_each_run_continues_the_steps_of_the_one_before(
+    kept_pool: Any,
+) -> None:
+    import gpugeek_jupyter
+
+    daily = gpugeek_jupyter.schedule(cell=RESUMING_CELL, every="2s", pool="kept", name="daily", namespace={})
+    runs = _until("three succeeded runs", lambda: (found := _ended(daily))[2:] and found[:3], about=daily.runs)
+    daily.pause()
+
+    values = [gpugeek_jupyter.job(r.job_id).result().values for r in runs]
+    assert values == [[(0, 2), (0, 2)], [(2, 4), (2, 4)], [(4, 6), (4, 6)]], values
+    assert runs[0].resumed_from is None
+    assert [r.resumed_from.rsplit("/", 1)[-1] for r in runs[1:]] == ["step-000000002.pt", "step-000000004.pt"]
+    log = gpugeek_jupyter.job(runs[2].job_id).logs(rank=0)
+    assert f"steps 4 to 6, resumed from {runs[2].resumed_from}" in log, log
+    record = gpugeek_jupyter.job(runs[1].job_id).record()
+    assert (record.pool_name, record.submitter) == ("kept", f"schedule daily, run {runs[1].id}, detached")
+
+
+def test_an_occurrence_while_the_previous_run_still_goes_is_skipped_and_recorded_skipped(kept_pool: Any) -> None:
+    import gpugeek_jupyter
+
+    slow = gpugeek_jupyter.schedule(
+        cell="import time\ntime.sleep(5)\nrank", every="1s", pool="kept", name="slow", namespace={}
+    )
+    first = _until("the first run's end", lambda: _ended(slow), about=slow.runs)[0]
+    slow.pause()
+    skipped = [r for r in slow.runs() if r.status.value == "skipped" and r.due_at < first.ended_at]
+    assert len(skipped) >= 3, slow.runs()
+    assert all(r.reason == f"run {first.id} ({first.job_id}) was still running" for r in skipped), skipped
+    assert all(r.job_id is None for r in skipped)
+    started = [r for r in slow.runs() if r.job_id is not None and r.started_at < first.ended_at]
+    assert [r.id for r in started] == [first.id]  # nothing ran beside it
+
+
+def test_an_agent_killed_across_two_missed_occurrences_runs_one_catch_up_when_it_is_back(
+    agent_settings: None,
+) -> None:
+    import gpugeek_jupyter
+    from gpugeek_jupyter.detached.connection import connect
+    from gpugeek_jupyter.store import get_registry
+
+    every = 6.0
+    nightly = gpugeek_jupyter.schedule(
+        cell="print('update', flush=True)\nrank", every=f"{every:.0f}s", name="nightly", gpu_type="cpu", count=1
+    )
+    first = _until("the first run's end", lambda: _ended(nightly), about=nightly.runs)[0]
+    assert get_registry().latest_pool(first.pool_name).status.value == "stopped"  # made for the run, stopped after
+    agent = psutil.Process(int(connect(start=False).ping()["pid"]))
+    agent.send_signal(signal.SIGKILL)
+    agent.wait(timeout=10)
+    killed = time.time()
+    due = nightly.record().next_run_at
+    time.sleep(max(0.0, due + every + 1.0 - time.time()))  # two occurrences pass while no agent runs
+    connect()  # the agent is back (any process needing it starts it)
+    back = time.time()
+
+    catch_up = _until(
+        "the catch-up run's end",
+        lambda: [r for r in _ended(nightly) if r.due_at > killed],
+        about=nightly.runs,
+    )[0]
+    assert catch_up.missed == 2 and killed < catch_up.due_at <= back, catch_up
+    nightly.pause()
+    after_kill = [r for r in nightly.runs() if r.due_at > killed and r.due_at <= back]
+    assert [r.id for r in after_kill] == [catch_up.id], after_kill  # one run, not a burst
+    assert nightly.record().next_run_at > back
+
+
+def test_a_failing_run_counts_and_max_failures_in_a_row_pause_the_schedule_saying_so(kept_pool: Any) -> None:
+    import gpugeek_jupyter
+
+    broken = gpugeek_jupyter.schedule(
+        cell="raise RuntimeError('bad input data')",
+        every="1s",
+        pool="kept",
+        name="broken",
+        max_failures=2,
+        namespace={},
+    )
+    _until("the schedule paused", lambda: broken.record().status.value == "paused", about=broken.runs)
+    record = broken.record()
+    failed = _ended(broken, "failed")
+    assert len(failed) == 2, broken.runs()
+    assert record.reason is not None and record.reason.startswith("paused after 2 failed runs in a row (the last: ")
+    assert "bad input data" in record.reason, record.reason
+    time.sleep(2.5)
+    assert [r.id for r in broken.runs() if r.job_id is not None] == [r.id for r in reversed(failed)]  # none since
+
+    broken.resume()
+    assert (broken.record().status.value, broken.record().failures) == ("active", 0)
+    broken.delete()
+    assert [s["name"] for s in gpugeek_jupyter.schedules.list_schedules()] == []
