@@ -73,7 +73,8 @@ def cell_request(
     chosen = parse_ranks(ranks)
     program = prepare_cell(source, namespace, hidden=hidden, rank0_only=rank0)
     request = JobRequest(
-        code=program.code,
+        code=program.bare,
+        names=program.names,
         sha256=program.sha256,
         timeout=timeout,
         max_restarts=max_restarts,

@@ -23,7 +23,7 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
@@ -31,7 +31,8 @@ from ..store import JobStatus
 from . import rank as rank_side
 from .events import CancelRequested, Events, PoolStopping, WorkerRemoved, rank_event
 from .logs import JobLogs
-from .payload import OUTPUT_TOPIC, RankJob
+from .names import RanksHold, Shipment
+from .payload import OUTPUT_TOPIC, CellCode, RankJob, RankOutcome
 from .pool_queue import PoolQueue, WaitCallback
 from .process_group import ProcessGroup, ProcessGroupBuilder
 from .record import JobRecord
@@ -69,6 +70,7 @@ class JobAgent:
         self._warm_generation: str | None = None  # the generation whose group every rank has joined
         self.queue = PoolQueue(pool)
         self._waiting: dict[str, str | None] = {}  # job id -> why it is to leave the queue (None: it waits on)
+        self.holds = RanksHold()  # what the ranks hold of this process's notebook values
         self._last_job: str | None = (
             None  # this agent's newest job: when it was the pool's previous one, the group is warm
         )
@@ -180,7 +182,7 @@ class JobAgent:
             self._subscribe()
             while True:
                 attempt = self._attempt(
-                    job_id, restarts, request, events, deadline, on_output, logs, record, on_progress
+                    job_id, restarts, request, events, deadline, on_output, logs, record, on_progress, on_notice
                 )
                 if attempt.state is not AttemptState.NOT_STARTED and (not sizes or sizes[-1] != len(attempt.ranks)):
                     sizes.append(len(attempt.ranks))
@@ -233,6 +235,7 @@ class JobAgent:
         logs: JobLogs,
         record: JobRecord,
         on_progress: ProgressCallback | None = None,
+        on_notice: NoticeCallback | None = None,
     ) -> AttemptResult:
         layout, changed = self.roster.ready_layout(request.min_ranks)
         request.check_ranks(layout.world_size)
@@ -241,6 +244,10 @@ class JobAgent:
         group = self.group
         if request.ranks is not None and self._warm_generation != group.generation:
             self._warm_up()  # a cell on some ranks cannot bring the others into the group
+        code, shipment = request.code, None
+        if request.names is not None and isinstance(code, CellCode):  # send only what the ranks lack
+            shipment = self.holds.plan(request.names, group.generation, request.ranks is None, code)
+            code = shipment.code
         job = RankJob(
             job_id=job_id,
             attempt=attempt_no,
@@ -249,7 +256,7 @@ class JobAgent:
             backend=group.backend,
             master_addr=group.layout.master.host,
             master_port=group.master_port,
-            code=request.code,
+            code=code,
             amp=request.amp,
             stream=request.stream,
             launch=secrets.token_hex(4),
@@ -281,6 +288,8 @@ class JobAgent:
             watch.interrupt()
         watch.wait()
         attempt = watch.outcome()
+        if shipment is not None:
+            self._took_names(shipment, attempt.ok, watch.answers.values(), on_notice or log.info)
         if attempt.ok and request.ranks is None and request.kind == "cell":
             self._warm_generation = group.generation  # every rank has joined this generation's group
         if not attempt.ok or request.kind == "script":  # a script's group is gone with it
@@ -290,6 +299,22 @@ class JobAgent:
         if request.kind == "script":  # fresh processes for the next job, as torchrun starts them per run
             self.roster.restart(set(group.layout.addresses) - watch.gone, "a script ran in them")
         return attempt
+
+    def _took_names(self, shipment: Shipment, ok: bool, answers: Iterable[Any], on_notice: NoticeCallback) -> None:
+        """Record what the ranks hold now; say which of their own names the notebook's replaced."""
+        outcomes = [a for a in answers if isinstance(a, RankOutcome)]
+        if not ok:
+            self.holds.lost()  # the group is rebuilt: what the ranks held goes with it
+            return
+        self.holds.took(shipment, tuple(sorted({n for o in outcomes for n in o.dropped})))
+        replaced = sorted({n for o in outcomes for n in o.replaced})
+        if replaced:
+            listed = ", ".join(repr(n) for n in replaced)
+            on_notice(
+                f"the notebook's new value of {listed} replaced what the ranks had assigned to "
+                f"{'it' if len(replaced) == 1 else 'them'} (the notebook changed it since it last sent it; "
+                "unchanged notebook names leave the ranks' own)"
+            )
 
     def _warm_up(self) -> None:
         """Bring every rank into the current group with an empty cell (joining is collective: a cell
@@ -385,6 +410,9 @@ def agent_for(pool: Pool) -> JobAgent:
                 ),
             )
         )
+    from ..pools.versions import check_pool_versions
+
+    check_pool_versions(pool)  # before this process's first job on it (a launched pool was checked at its launch)
     with _agents_lock:
         agent = _agents[pool.id] = JobAgent(pool)
         return agent

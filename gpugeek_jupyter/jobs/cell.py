@@ -1,7 +1,8 @@
 """Shipping a notebook cell to the ranks.
 
 The cell is parsed here; the names it reads that the notebook defines (functions, classes and
-variables from earlier cells) travel as one cloudpickle, so shared objects stay shared; modules
+variables from earlier cells) are fingerprinted now and travel, when the ranks lack them
+(:mod:`.names`: the namespace rule), as one cloudpickle, so shared objects stay shared; modules
 travel as their name and are imported again on each worker. Names the cell binds before it reads
 them are not shipped. A name that cannot be pickled is an error that names it.
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SpecError
+from .names import CellNames
 from .payload import CellCode
 
 # Names every rank's cell gets without shipping them.
@@ -31,14 +33,20 @@ CELL_FILENAME = "<gpugeek_run cell>"
 
 @dataclass(frozen=True)
 class CellProgram:
-    code: CellCode
+    bare: CellCode  # without the names' values: the pool's agent adds those the ranks lack
+    names: CellNames
     shipped: tuple[str, ...]  # pickled names
     modules: tuple[str, ...]  # names imported again on the workers
     sha256: str
 
     @property
     def has_value(self) -> bool:
-        return self.code.has_value
+        return self.bare.has_value
+
+    @property
+    def code(self) -> CellCode:
+        """The code with every name's value in it (for a process that holds nothing of this one's)."""
+        return self.names.sealed(self.bare)
 
 
 def prepare_cell(
@@ -47,9 +55,7 @@ def prepare_cell(
     hidden: Collection[str] = (),
     rank0_only: bool = False,
 ) -> CellProgram:
-    """Parse ``source`` and pickle what it needs from ``namespace``; SpecError naming any bad name."""
-    import cloudpickle
-
+    """Parse ``source`` and fingerprint what it needs from ``namespace``; SpecError naming any bad name."""
     names, has_value = _analyse(source)
     needed = [n for n in names if n in namespace and n not in RANK_NAMES and n not in hidden]
     imports: list[tuple[str, str]] = []
@@ -60,21 +66,19 @@ def prepare_cell(
             imports.append((name, value.__name__))
         else:
             values[name] = value
-    try:
-        blob = cloudpickle.dumps(values)
-    except Exception as e:
-        raise _unshippable(values, e) from e
+    cell_names = CellNames.of(values, on_error=lambda e: _unshippable(values, e))
     code = CellCode(
         source=source,
         filename=CELL_FILENAME,
-        names_blob=blob,
+        names_blob=b"",
         imports=tuple(imports),
         sources=_sources_of(values.values()),
         has_value=has_value,
         rank0_only=rank0_only,
     )
     return CellProgram(
-        code=code,
+        bare=code,
+        names=cell_names,
         shipped=tuple(values),
         modules=tuple(name for name, _ in imports),
         sha256=hashlib.sha256(source.encode()).hexdigest(),

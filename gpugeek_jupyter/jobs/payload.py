@@ -15,11 +15,14 @@ OUTPUT_TOPIC = "gpugeek-job-output"  # dask event topic of rank output and early
 class CellCode:
     source: str
     filename: str
-    names_blob: bytes  # cloudpickle of {name: value}
+    names_blob: bytes  # cloudpickle of {name: value}: the names the ranks lack (see .names)
     imports: tuple[tuple[str, str], ...]  # (name in the cell, module to import)
     sources: dict[str, str]  # linecache entries, so tracebacks show the notebook's lines
     has_value: bool  # the last statement is an expression whose value is returned
     rank0_only: bool = False
+    kept: tuple[str, ...] = ()  # names the cell reads that the ranks hold already: not sent
+    forget: tuple[int, ...] = ()  # notebook tensors gone since: the ranks drop their copies
+    owner: str = ""  # the notebook process whose tensors names_blob refers to
 
 
 @dataclass
@@ -65,3 +68,5 @@ class RankOutcome:
     pid: int = 0
     host: str = ""
     duration_s: float = 0.0
+    replaced: tuple[str, ...] = ()  # names of the rank's own that the notebook's new values replaced
+    dropped: tuple[str, ...] = ()  # names the notebook sent that the cell deleted

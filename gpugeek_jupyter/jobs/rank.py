@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import capture, children
+from . import capture, children, rank_names
 from .capture import Forwarder
 from .diagnose import describe_stack, format_user_traceback, is_peer_failure, one_line
 from .env import RANK_VARIABLES, build_worker_env, compile_cache_env, error_file_path, interface_of
@@ -129,6 +129,7 @@ def prepare_generation(generation: str, slots: dict[str, RankSlot], dask_worker:
         facts["busy_job"] = _runtime.active.job_id if _runtime.active is not None else None
         return facts
     _runtime.namespace = None  # freed while the old group still exists, as a cell's names were
+    rank_names.reset()
     _drop_group()
     slot = slots[dask_worker.address]
     _runtime.generation, _runtime.slot, _runtime.store = generation, slot, None
@@ -410,7 +411,7 @@ def _execute(
                         outcome.error = f"exited with status {outcome.exit_code}"
                 else:
                     assert isinstance(job.code, CellCode)
-                    outcome.value_blob = _run_cell(job, job.code, slot, active)
+                    outcome.value_blob = _run_cell(job, job.code, slot, active, outcome)
             except JobCancelled:
                 outcome.status, outcome.exit_code, outcome.error = "cancelled", None, "stopped"
             except BaseException as e:  # the user's error, reported with its traceback
@@ -597,7 +598,7 @@ def _drop_group(keep_generation: bool = False) -> None:
         forget_meshes()
 
 
-def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob) -> bytes | None:
+def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, outcome: RankOutcome) -> bytes | None:
     import cloudpickle
     import torch
     import torch.distributed as dist
@@ -617,11 +618,13 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob) 
         _ensure_group(job, device)
         for alias, module in code.imports:
             namespace[alias] = importlib.import_module(module)
-        namespace.update(cloudpickle.loads(code.names_blob))
+        rank_names.forget(code.owner, code.forget)
+        outcome.replaced = tuple(rank_names.receive(namespace, cloudpickle.loads(code.names_blob)))
         namespace.update(rank=slot.rank, world_size=slot.world_size, device=device, dist=dist, gg=helpers)
         with helpers.autocast():
             exec(body, namespace)
             value = eval(last, namespace) if last is not None else None
+    outcome.dropped = tuple(rank_names.dropped(namespace))
     if not code.has_value or (code.rank0_only and slot.rank != 0):
         return None
     try:

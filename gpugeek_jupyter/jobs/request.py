@@ -6,10 +6,13 @@ import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Phrase, Setting, SpecError
 from .payload import CellCode, ScriptCode
+
+if TYPE_CHECKING:
+    from .names import CellNames
 
 
 def new_job_id() -> str:
@@ -33,6 +36,18 @@ class JobRequest:
     wait: bool = True  # a busy pool: wait in its queue (False: refused at once, naming the job holding it)
     job_id: str = field(default_factory=new_job_id)
     submitted_by: str | None = None  # who people know submitted it, when another process runs it (detached)
+    # a cell's notebook values, for this process's agent to send those the ranks lack (.names)
+    names: CellNames | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for another process (a detached job): that one holds nothing on the ranks, so the
+        code carries every value."""
+        state = dict(self.__dict__)
+        names = state.pop("names", None)
+        if names is not None and isinstance(self.code, CellCode):
+            state["code"] = names.sealed(self.code)
+        state["names"] = None
+        return state
 
     @property
     def kind(self) -> str:
