@@ -9,7 +9,8 @@ written down in ``pyproject.toml`` and checked by import-linter.)
 
 >>> manager = get_pool_manager()          # doctest: +SKIP
 >>> sorted(manager.plugins)               # doctest: +SKIP
-['gpugeek-cost', 'gpugeek-end-jobs-before-stop', 'gpugeek-k8s-disruptions', 'gpugeek-slurm-jobs', 'gpugeek-telemetry']
+['gpugeek-cost', 'gpugeek-end-jobs-before-stop', 'gpugeek-k8s-disruptions', 'gpugeek-slurm-jobs', 'gpugeek-telemetry',
+ 'gpugeek-version-check']
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ class TelemetryStarter(PoolLifecyclePlugin):
         return metrics(pool)
 
 
+class VersionCheck(PoolLifecyclePlugin):
+    """Names, in one notice, the workers of a new pool that run other software than this process."""
+
+    name = "gpugeek-version-check"
+
+    def ready(self, manager: PoolManager, pool: Pool) -> None:
+        from .pools.versions import check_pool_versions
+
+        check_pool_versions(pool)
+
+
 def create_pool_manager(registry: Registry | None = None, owner: str | None = None) -> PoolManager:
     """A pool manager with the standard plugins, the same in a kernel, a script and the server."""
     from .cost.guards import install_cost_hooks
@@ -53,6 +65,7 @@ def create_pool_manager(registry: Registry | None = None, owner: str | None = No
 
     manager = PoolManager(registry=registry, owner=owner)
     manager.register_plugin(TelemetryStarter())  # samplers on every worker of a new pool
+    manager.register_plugin(VersionCheck())  # workers with another torch, dask or gpugeek_jupyter named
     install_cost_hooks(manager)  # utilization samples, budget and idle-shutdown watchers
     manager.register_plugin(DisruptionRecorder())  # preempted pods of kubernetes pools (no-op otherwise)
     manager.register_plugin(SlurmJobWatcher())  # slurm pools: job ids, ended jobs reported and replaced

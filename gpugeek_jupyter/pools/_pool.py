@@ -55,6 +55,11 @@ class Pool:
         return self._manager.registry
 
     @property
+    def manager(self) -> PoolManager:
+        """The pool manager of this process that launched or attached this pool."""
+        return self._manager
+
+    @property
     def record(self) -> PoolRecord:
         """The registry's current row for this pool."""
         self._record = self._manager.registry.pool_by_id(self._record.id)
