@@ -156,6 +156,18 @@ class GpugeekConfig(Configurable):
     kubernetes_spot_node_selector = Dict(
         help="Node labels of spot nodes, replacing the preset's, e.g. {'node-pool': 'spot-a100'}."
     ).tag(config=True)
+    kubernetes_allowed_namespaces: List[str] = List(
+        Unicode(),
+        help="Namespaces whose pods may connect to a kubernetes pool's pods (its NetworkPolicy admits them, "
+        "the pool's own pods and the dask-kubernetes operator only), e.g. ['jupyterhub']. Empty: the "
+        "notebook's own namespace when it runs in a pod; a notebook outside the cluster connects through "
+        "kubectl port-forward, which NetworkPolicies do not filter.",
+    ).tag(config=True)
+    kubernetes_operator_namespace = Unicode(
+        "dask-operator",
+        help="Namespace of the dask-kubernetes operator, whose pods a pool's NetworkPolicy admits (it scales "
+        "and retires workers through the scheduler); '' admits no operator.",
+    ).tag(config=True)
     kubernetes_spot_tolerations: List[dict[str, str]] = List(
         help="Tolerations for spot nodes' taints, replacing the preset's, e.g. "
         "[{'key': 'spot', 'operator': 'Exists', 'effect': 'NoSchedule'}]."

@@ -8,6 +8,13 @@ capacity, one extra ``DaskWorkerGroup``:
   group with the ``count - round(count x spot_fraction)`` on-demand (or reserved) workers;
 - ``<pool>-spot`` (DaskWorkerGroup): ``round(count x spot_fraction)`` workers on spot nodes.
 
+With them goes ``<pool>-network`` (:func:`build_network_policy`, a ``NetworkPolicy``): the pool's pods
+take connections only from the pool's own pods (scheduler, workers, both groups), from pods of the
+namespaces allowed for clients (``GpugeekConfig.kubernetes_allowed_namespaces``; by default the
+notebook's own, when it runs in the cluster) and from the dask-kubernetes operator (it scales and
+retires workers through the scheduler). A notebook outside the cluster reaches its scheduler through
+``kubectl port-forward``, which NetworkPolicies do not filter.
+
 Each worker is one pod with one GPU (``nvidia.com/gpu: 1``), pinned to the catalog's
 ``nvidia.com/gpu.product`` node label, tolerating the ``nvidia.com/gpu`` taint, with a memory-backed
 ``/dev/shm`` for NCCL and CPU/memory requests. Every object carries the same labels, so cost can be
@@ -131,6 +138,9 @@ class KubernetesOptions:
     idle_timeout_minutes: float = 0.0  # used when the spec has none; 0 = never
     install_dask: bool = True  # pip-install distributed at worker start when the image lacks it
     tls: bool = False  # scheduler and workers require the pool's certificates (Secret <pool>-tls)
+    # namespaces whose pods may connect to the pool's pods (the clients'), besides the pool's own pods
+    allowed_namespaces: tuple[str, ...] = ()
+    operator_namespace: str = "dask-operator"  # where the dask-kubernetes operator runs
 
 
 def build_manifests(spec: PoolSpec, catalog: Catalog, options: KubernetesOptions) -> list[dict[str, Any]]:
@@ -153,7 +163,7 @@ def build_manifests(spec: PoolSpec, catalog: Catalog, options: KubernetesOptions
             example="team-risk",
             rule="a Kubernetes namespace (a kubernetes pool needs one)",
         )
-    gpu = catalog.gpu(spec.gpu_type)
+    gpu = spec.gpu  # resolved once, when the spec was made
     image = spec.image or catalog.image_for(spec.framework)
     prices = gpu.prices.to_dict()
     base_pricing = spec.base_pricing
@@ -196,6 +206,53 @@ def build_manifests(spec: PoolSpec, catalog: Catalog, options: KubernetesOptions
             }
         )
     return manifests
+
+
+CLUSTER_NAME_LABEL = "dask.org/cluster-name"  # the operator puts it on every pod of a DaskCluster
+OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "dask-kubernetes-operator"}  # its Helm chart's selector
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # Kubernetes sets it on every namespace (1.21+)
+
+
+def network_policy_name(pool: str) -> str:
+    return f"{pool}-network"
+
+
+def build_network_policy(spec: PoolSpec, options: KubernetesOptions) -> dict[str, Any]:
+    """The ``NetworkPolicy`` of ``spec``'s pool: its pods (every pod the operator labels with the pool's
+    cluster name) admit connections only from the pool's own pods, from any pod of
+    ``options.allowed_namespaces`` (the clients') and from the operator's pods; other traffic in,
+    from any other namespace or pod, is dropped by the cluster's network plugin. Outgoing traffic is
+    not limited (images, pip, object stores). Pure, as :func:`build_manifests`."""
+    pool_pods = {"matchLabels": {CLUSTER_NAME_LABEL: spec.name}}
+    peers: list[dict[str, Any]] = [{"podSelector": pool_pods}]  # the pool's own pods, in its namespace
+    for namespace in sorted(set(options.allowed_namespaces)):
+        peers.append({"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}}})
+    if options.operator_namespace:
+        peers.append(
+            {
+                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: options.operator_namespace}},
+                "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)},
+            }
+        )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": network_policy_name(spec.name),
+            "namespace": spec.namespace,
+            "labels": dict(_policy_labels(spec, options.user)),
+        },
+        "spec": {"podSelector": pool_pods, "policyTypes": ["Ingress"], "ingress": [{"from": peers}]},
+    }
+
+
+def _policy_labels(spec: PoolSpec, user: str) -> dict[str, str]:
+    return {
+        **MANAGED_BY,
+        POOL_LABEL: label_value(spec.name),
+        TEAM_LABEL: label_value(spec.namespace or ""),
+        USER_LABEL: label_value(user),
+    }
 
 
 def tls_secret_name(pool: str) -> str:
@@ -461,6 +518,27 @@ def current_user() -> str:
     return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
 
 
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def notebook_namespace(path: str | None = None) -> str | None:
+    """The namespace of the pod this process runs in (None outside a Kubernetes pod)."""
+    try:
+        with open(path or SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as file:
+            return file.read().strip() or None
+    except OSError:
+        return None
+
+
+def allowed_client_namespaces(config: GpugeekConfig) -> tuple[str, ...]:
+    """The namespaces whose pods may reach a pool: the configured ones, else the notebook's own."""
+    configured = tuple(str(n) for n in config.kubernetes_allowed_namespaces)
+    if configured:
+        return configured
+    own = notebook_namespace()
+    return (own,) if own else ()
+
+
 def options_from_config(config: GpugeekConfig | None = None, tls: bool | None = None) -> KubernetesOptions:
     """:class:`KubernetesOptions` from this process's settings (user, dask version, spot placement,
     TLS: ``GpugeekConfig.pool_tls`` unless ``tls`` says)."""
@@ -474,12 +552,19 @@ def options_from_config(config: GpugeekConfig | None = None, tls: bool | None = 
         spot=spot_placement(config),
         idle_timeout_minutes=config.idle_timeout_minutes,
         tls=config.pool_tls if tls is None else tls,
+        allowed_namespaces=allowed_client_namespaces(config),
+        operator_namespace=config.kubernetes_operator_namespace,
     )
 
 
 def manifests_for(spec: PoolSpec, tls: bool | None = None) -> list[dict[str, Any]]:
+    """What a launch creates, in order: :func:`build_manifests`' and the pool's NetworkPolicy."""
     config = get_config()
-    return build_manifests(spec, load_catalog(config.price_file or None), options_from_config(config, tls=tls))
+    options = options_from_config(config, tls=tls)
+    return [
+        *build_manifests(spec, load_catalog(config.price_file or None), options),
+        build_network_policy(spec, options),
+    ]
 
 
 def render_manifests(spec: PoolSpec) -> str:

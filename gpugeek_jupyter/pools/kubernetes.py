@@ -132,10 +132,12 @@ def _server_of(kubeconfig: str | None) -> str | None:
 
 
 def _resource_class(kind: str) -> Any:
-    from kr8s.objects import Secret, new_class
+    from kr8s.objects import NetworkPolicy, Secret, new_class
 
     if kind == "Secret":
         return Secret
+    if kind == "NetworkPolicy":
+        return NetworkPolicy
     return new_class(kind, API_VERSION, asyncio=False, namespaced=True, plural=kind.lower() + "s")
 
 

@@ -251,5 +251,5 @@ def test_dry_run_yaml_is_the_manifests(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = kube_spec()
     documents = list(yaml.safe_load_all(render_manifests(spec)))
     assert documents == manifests_for(spec)
-    assert [d["kind"] for d in documents] == ["DaskCluster", "DaskWorkerGroup"]
+    assert [d["kind"] for d in documents] == ["DaskCluster", "DaskWorkerGroup", "NetworkPolicy"]
     assert documents[0]["metadata"]["labels"]["gpugeek.io/user"] == "ada"
