@@ -19,9 +19,11 @@ if TYPE_CHECKING:
 
 
 def prices_in_force(spec: PoolSpec) -> dict[str, Any]:
-    """USD per GPU-hour for each pricing class, with ``--price`` overriding all of them."""
+    """USD per GPU-hour for each pricing class, with ``--price`` overriding all of them: the GPU's
+    from the spec's catalog entry (:attr:`~gpugeek_jupyter.spec.PoolSpec.gpu`), storage and network
+    from the configured price file."""
     catalog = load_catalog(get_config().price_file or None)
-    gpu_prices = catalog.gpu(spec.gpu_type).prices.to_dict()
+    gpu_prices = spec.gpu.prices.to_dict()
     if spec.price is not None:
         gpu_prices = {kind: spec.price for kind in gpu_prices}
     return {

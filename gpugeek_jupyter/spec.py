@@ -17,7 +17,7 @@ import secrets
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from .catalog import load_catalog
+from .catalog import GpuType, load_catalog
 from .config import BACKENDS, get_config
 from .errors import Phrase, Setting, SpecError
 
@@ -32,7 +32,13 @@ SLURM_OPTIONS = ("partition", "account", "qos", "walltime", "constraint", "sbatc
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """A validated request for a pool. Build it with :meth:`create`."""
+    """A validated request for a pool. Build it with :meth:`create`.
+
+    :attr:`gpu` is the catalog entry of ``gpu_type``, resolved once by :meth:`create` (from the
+    price file it was given) and carried by the spec to the backends and the prices; a spec read
+    back from a row (:meth:`from_dict`) resolves it at the first ask. It is no field: rows, JSON
+    and equality hold ``gpu_type`` only.
+    """
 
     name: str
     gpu_type: str
@@ -58,6 +64,19 @@ class PoolSpec:
     prologue: str = ""  # shell lines run before the worker starts, e.g. "module load cuda/12.4"
 
     @property
+    def gpu(self) -> GpuType:
+        """The catalog entry of ``gpu_type`` (its memory, NVML names, prices, Slurm gres).
+
+        >>> PoolSpec.create(gpu_type="a100-80gb", count=1, name="dev").gpu.memory_gb
+        80
+        """
+        resolved: GpuType | None = self.__dict__.get("_gpu")
+        if resolved is None:
+            resolved = load_catalog(get_config().price_file or None).gpu(self.gpu_type)
+            object.__setattr__(self, "_gpu", resolved)  # frozen: the cache is not a field
+        return resolved
+
+    @property
     def spot_workers(self) -> int:
         # round half up, so 0.7 x 5 = 3.5 -> 4 spot (Python's round() would give banker's rounding)
         return int(math.floor(self.spot_fraction * self.count + 0.5))
@@ -81,7 +100,10 @@ class PoolSpec:
         return cls(**known)
 
     def with_name(self, name: str) -> PoolSpec:
-        return replace(self, name=_check_name(name))
+        renamed = replace(self, name=_check_name(name))
+        if "_gpu" in self.__dict__:
+            object.__setattr__(renamed, "_gpu", self.__dict__["_gpu"])
+        return renamed
 
     @classmethod
     def create(
@@ -131,7 +153,7 @@ class PoolSpec:
             sbatch_directives=sbatch_directives,
             prologue=prologue,
         )
-        return cls(
+        spec = cls(
             name=pool_name,
             gpu_type=gpu.name,
             count=count_value,
@@ -148,6 +170,8 @@ class PoolSpec:
             base_pricing=_check_base_pricing(base_pricing),
             **slurm,
         )
+        object.__setattr__(spec, "_gpu", gpu)  # resolved once: every consumer reads spec.gpu
+        return spec
 
 
 def _generated_name(gpu_type: str) -> str:

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..catalog import load_catalog
 from ..config import get_config
 from ..dashboards import pool_dashboard_path
 from ..devices import VARIABLE, format_visible_devices, select_visible
@@ -149,13 +148,12 @@ class LocalBackend:
     serves_private_dashboard = True
 
     def preflight(self, spec: PoolSpec) -> None:
-        gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
-        if not gpu.is_cpu:
+        if not spec.gpu.is_cpu:
             self._matching_devices(spec)
 
     def _matching_devices(self, spec: PoolSpec) -> str:
         """CUDA_VISIBLE_DEVICES for the pool; BackendUnavailableError listing what is here otherwise."""
-        gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
+        gpu = spec.gpu
         found = discover_gpus()
         usable = select_visible(found.devices)  # this process's CUDA_VISIBLE_DEVICES binds its pools too
         matching = [d for d in usable if gpu.matches_nvml_name(d.name)]
@@ -183,9 +181,8 @@ class LocalBackend:
         credentials: PoolCredentials | None = None,
         dashboard_socket: Path | None = None,
     ) -> RunningCluster:
-        gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
         security = credentials.security() if credentials is not None else None
-        if gpu.is_cpu:
+        if spec.gpu.is_cpu:
             return self._start_cpu(spec, on_progress, start_timeout, security, dashboard_socket)
         return self._start_gpu(spec, on_progress, start_timeout, security, dashboard_socket)
 

@@ -83,3 +83,34 @@ def test_generated_name_is_a_valid_kubernetes_label() -> None:
 def test_spec_round_trips_through_a_dict() -> None:
     spec = PoolSpec.create(gpu_type="L4", count=3, spot_fraction=0.5, budget=10, name="x1")
     assert PoolSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_the_gpu_type_is_resolved_once_when_the_spec_is_made_and_carried_to_the_prices(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpugeek_jupyter.spec as spec_module
+    from gpugeek_jupyter.catalog import load_catalog
+    from gpugeek_jupyter.pools.local import LocalBackend
+    from gpugeek_jupyter.pricing import prices_in_force
+
+    prices = tmp_path / "prices.toml"
+    prices.write_text("[gpus.H100-80GB]\non_demand = 2.49\n")
+    spec = PoolSpec.create(gpu_type="h100-80gb", count=2, name="train", backend="local", price_file=str(prices))
+    cpu = PoolSpec.create(gpu_type="cpu", count=1, name="cpu")
+    assert spec.gpu == load_catalog(prices).gpu("H100-80GB")
+
+    def no_second_lookup(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the catalog was read again for the spec's GPU type")
+
+    monkeypatch.setattr(spec_module, "load_catalog", no_second_lookup)
+    assert prices_in_force(spec)["on_demand"] == 2.49  # the price file the spec was made with
+    assert spec.with_name("again").gpu is spec.gpu
+    LocalBackend().preflight(cpu)  # a cpu pool needs no GPU here: known from the spec alone
+
+
+def test_a_spec_read_back_from_its_row_resolves_its_gpu_type_and_keeps_it_out_of_the_row() -> None:
+    made = PoolSpec.create(gpu_type="A100-80GB", count=1, name="dev")
+    row = made.to_dict()
+    assert "gpu" not in row and "_gpu" not in row and row["gpu_type"] == "A100-80GB"
+    read_back = PoolSpec.from_dict(row)
+    assert read_back == made and read_back.gpu == made.gpu and read_back.gpu.memory_gb == 80.0
