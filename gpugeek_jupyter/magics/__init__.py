@@ -13,6 +13,7 @@ _MAGIC_CLASSES: list[tuple[str, str]] = [
     ("gpugeek_jupyter.magics.cost", "CostMagics"),
     ("gpugeek_jupyter.magics.run", "JobMagics"),
     ("gpugeek_jupyter.magics.where", "WhereMagics"),
+    ("gpugeek_jupyter.magics.schedules", "ScheduleMagics"),
 ]
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "find_schedule",
     "list_schedules",
     "parse_every",
+    "pool_options",
     "run_model",
     "schedule",
     "schedule_model",
@@ -69,15 +70,21 @@ def schedule(
     max_failures: int = DEFAULT_MAX_FAILURES,
     checkpoints: str | None = None,
     namespace: Mapping[str, Any] | None = None,
-    **pool_options: Any,
+    gpu_type: str | None = None,
+    count: int | None = None,
+    backend: str | None = None,
+    budget: float | None = None,
+    spot_fraction: float | None = None,
+    walltime: str | None = None,
 ) -> Schedule:
     """Run a script (``script_path``) or a cell's code (``cell``) ``every`` interval (``"1d"``,
     ``"30m"``, ``"10s"``) or by ``cron`` (``"0 2 * * *"``, in ``timezone``), as detached jobs of the
     user's agent; its :class:`Schedule`.
 
     An interval's first run is now; a cron schedule's at its next time. Where: ``pool`` (a kept
-    pool), or ``gpu_type=``, ``count=`` and any other launch option (``budget=``, ``backend=``, ...)
-    for a pool made for each run and stopped after it. ``resume="latest"`` (default): each run's
+    pool), or ``gpu_type=``, ``count=`` (and ``backend=``, ``budget=``, ``spot_fraction=``,
+    ``walltime=``, as for ``launch``) for a pool made for each run and stopped after it; its budget
+    applies to each run. For other launch options, launch a kept pool and give ``pool=``. ``resume="latest"`` (default): each run's
     ``GPUGEEK_CHECKPOINT_DIR`` is the schedule's folder (``checkpoints``, default one beside the
     registry), so ``gg.checkpoint(os.environ["GPUGEEK_CHECKPOINT_DIR"], ...)`` continues from the
     newest whole checkpoint of the runs before; ``resume=None`` starts each run afresh.
@@ -100,9 +107,21 @@ def schedule(
             overlap=overlap,
             max_failures=max_failures,
             checkpoints=checkpoints,
-            pool_options=pool_options,
+            pool_options=pool_options(
+                gpu_type=gpu_type,
+                count=count,
+                backend=backend,
+                budget=budget,
+                spot_fraction=spot_fraction,
+                walltime=walltime,
+            ),
             created_by=_who(),
         )
+
+
+def pool_options(**options: Any) -> dict[str, Any]:
+    """The launch options given (those not None), for the pool made for each run."""
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def list_schedules() -> list[dict[str, Any]]:

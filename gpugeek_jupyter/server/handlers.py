@@ -24,6 +24,7 @@ from tornado import web
 
 from ..errors import ConflictError, GpugeekError, Phrase, Surface, Value
 from ..store import JobStatus, Registry
+from . import schedule_request
 from .job_request import parse_job_body
 from .launch_request import parse_launch_body
 from .queries import parse_changes_query, parse_jobs_query, parse_output_query, parse_pools_query
@@ -204,6 +205,44 @@ def job_where(registry: Registry, job_id: str) -> dict[str, Any]:
 CHANGES_CHECK_SECONDS = 0.25  # how often a waiting request reads the status token
 
 
+class SchedulesHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        await self.answer(schedule_request.listing)
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        fields = schedule_request.parse_schedule_body(self.request.body)
+        await self.answer(schedule_request.create, fields, status=201, slow=True)
+
+
+class ScheduleHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, schedule_id: str) -> None:
+        await self.answer(schedule_request.one, schedule_id)
+
+    @web.authenticated
+    @authorized
+    async def delete(self, schedule_id: str) -> None:
+        await self.answer(schedule_request.act, schedule_id, "delete")
+
+
+class SchedulePauseHandler(GpugeekHandler):
+    action = "pause"
+
+    @web.authenticated
+    @authorized
+    async def post(self, schedule_id: str) -> None:
+        await self.answer(schedule_request.act, schedule_id, self.action, slow=self.action == "resume")
+
+
+class ScheduleResumeHandler(SchedulePauseHandler):
+    action = "resume"  # the agent starts if need be: slow
+
+
 class ChangesHandler(GpugeekHandler):
     """A long poll: the panel learns of a stop, a launch or a job's end within a quarter second
     instead of at its next listing (every 2 s), and pays one tiny index read per check."""
@@ -267,6 +306,10 @@ def route_table(base_url: str) -> list[tuple[str, type[web.RequestHandler]]]:
         (r"jobs/(?P<job_id>[^/]+)", JobHandler),
         (r"jobs/(?P<job_id>[^/]+)/where", JobWhereHandler),
         (r"jobs/(?P<job_id>[^/]+)/output", JobOutputHandler),
+        ("schedules", SchedulesHandler),
+        (r"schedules/(?P<schedule_id>[^/]+)", ScheduleHandler),
+        (r"schedules/(?P<schedule_id>[^/]+)/pause", SchedulePauseHandler),
+        (r"schedules/(?P<schedule_id>[^/]+)/resume", ScheduleResumeHandler),
         ("changes", ChangesHandler),
         ("catalog", CatalogHandler),
         (r"openapi\.json", OpenApiHandler),

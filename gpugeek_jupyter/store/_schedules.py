@@ -16,7 +16,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConflictError, NotFoundError, Phrase, Value
+from ..errors import ConflictError, NotFoundError, PerSurface, Phrase, Value
 from ._connection import Database
 
 
@@ -102,6 +102,11 @@ def _run(row: sqlite3.Row) -> ScheduleRun:
 
 
 _OPEN_RUNS = "('waiting', 'running')"
+_LISTED = PerSurface(
+    core="gpugeek_jupyter.schedules.list_schedules() lists them",
+    magic="%gpugeek_schedules lists them",
+    server="GET /gpugeek/schedules lists them",
+)
 
 
 class ScheduleQueries(Database):
@@ -132,7 +137,7 @@ class ScheduleQueries(Database):
             (id_or_name, id_or_name),
         )
         if not rows:
-            raise NotFoundError(Phrase("no schedule {name} (%gpugeek_schedules lists them)", name=Value(id_or_name)))
+            raise NotFoundError(Phrase("no schedule {name} ({listed})", name=Value(id_or_name), listed=_LISTED))
         return _schedule(rows[0])
 
     def list_schedules(self, include_deleted: bool = False) -> list[ScheduleRecord]:

@@ -78,7 +78,7 @@ def test_a_live_schedule_name_is_unique_and_free_again_once_deleted(registry: Re
 def test_an_unknown_schedule_is_named(registry: Registry) -> None:
     with pytest.raises(NotFoundError) as raised:
         registry.schedule("nightly")
-    assert str(raised.value) == "no schedule 'nightly' (%gpugeek_schedules lists them)"
+    assert str(raised.value) == "no schedule 'nightly' (gpugeek_jupyter.schedules.list_schedules() lists them)"
 
 
 def test_failures_in_a_row_pause_the_schedule_and_a_success_between_them_starts_the_count_again(

@@ -31,6 +31,7 @@ from gpugeek_jupyter.cost.ledger import record_data_volume
 from gpugeek_jupyter.cost.tco import compare_owned, cost_report
 from gpugeek_jupyter.magics import _MAGIC_CLASSES
 from gpugeek_jupyter.magics._common import FLAGS, POOL_POSITIONAL
+from gpugeek_jupyter.schedules import list_schedules
 from gpugeek_jupyter.server.launch_request import LAUNCH_FIELDS
 from gpugeek_jupyter.spec import PoolSpec
 
@@ -143,6 +144,12 @@ OPERATIONS: dict[str, Operation] = {
     "list jobs": Operation(magics=("gpugeek_jobs",), python=(ClusterClient.jobs,), rest=(("GET", "/gpugeek/jobs"),)),
     "report cost": Operation(magics=("gpugeek_cost",), python=(cost_report,), python_also=(record_data_volume,)),
     "compare owning with renting": Operation(magics=("gpugeek_tco",), python=(compare_owned,)),
+    "schedule runs": Operation(
+        magics=("gpugeek_schedule",), python=(gpugeek_jupyter.schedule,), rest=(("POST", "/gpugeek/schedules"),)
+    ),
+    "list schedules": Operation(
+        magics=("gpugeek_schedules",), python=(list_schedules,), rest=(("GET", "/gpugeek/schedules"),)
+    ),
 }
 
 # magics with no counterpart of their own on another surface
@@ -200,6 +207,23 @@ ONLY_ON: dict[tuple[str, str], tuple[set[str], str]] = {
     ),
 }
 
+ONLY_ON.update(
+    {
+        ("schedule runs", "cell"): ({PYTHON}, "the cell magic's body is the cell; REST schedules scripts"),
+        ("schedule runs", "namespace"): ({PYTHON}, "the notebook objects a cell uses; the magic takes the kernel's"),
+        ("schedule runs", "hyperparams"): (
+            {PYTHON, REST},
+            "on the magic line they are the script's arguments after --",
+        ),
+        ("list schedules", "action"): (
+            {MAGIC},
+            "pause/resume/delete NAME: Schedule.pause() .resume() .delete() in Python, POST "
+            "/gpugeek/schedules/{id}/pause|resume and DELETE /gpugeek/schedules/{id} in REST",
+        ),
+        ("list schedules", "schedule"): ({MAGIC}, "the schedule the action is for (see action)"),
+    }
+)
+
 # Known gaps, to close (and then to delete from here): (operation, option) -> (surfaces it is on, what is missing)
 NOT_YET: dict[tuple[str, str], tuple[set[str], str]] = {
     ("list pools", "live"): ({MAGIC}, "%gpugeek_pools --live is list_pools(live_only=True) and ?state=live"),
@@ -228,7 +252,10 @@ POOL_MAGICS = {
     "gpugeek_jobs",
     "gpugeek_where",
 }
-POOL_FLAG_ONLY = {"gpugeek_run": "its words are the script's arguments (after --)"}
+POOL_FLAG_ONLY = {
+    "gpugeek_run": "its words are the script's arguments (after --)",
+    "gpugeek_schedule": "its words are the script's arguments (after --)",
+}
 
 
 # -- the checks -------------------------------------------------------------------------------------------
