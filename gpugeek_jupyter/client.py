@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .detached import JobHandle
     from .jobs.result import JobResult
     from .pools import Pool
+    from .schedules import Schedule
     from .store import JobRecord
 
 from .errors import SpecError, Surface, phrased_for
@@ -125,6 +126,21 @@ class ClusterClient:
             registry = get_registry()
             pool_id = registry.latest_pool(pool).id if pool else None
             return registry.list_jobs(pool_id=pool_id, limit=limit)
+
+    def schedule(self, script_path: str | None = None, cell: str | None = None, **options: Any) -> Schedule:
+        """Run a script or a cell every interval or by cron, as detached jobs of the user's agent,
+        each run resuming from the newest checkpoint of the runs before; the ``Schedule``. The
+        options are :func:`gpugeek_jupyter.schedule`'s (``every="1d"``, ``cron="0 2 * * *"``,
+        ``pool=`` or ``gpu_type=``/``count=``, ``overlap=``, ``max_failures=``, ...).
+
+        >>> ClusterClient().schedule(script_path="train.py", every="1d", gpu_type="cpu", count=2)  # doctest: +SKIP
+        <Schedule schedule-3f2a (sched-1a2b3c4d) active>
+        """
+        from .schedules import schedule
+
+        if cell is not None and options.get("namespace") is None:
+            options["namespace"] = sys._getframe(1).f_globals  # the caller's, as a cell sees its notebook's
+        return schedule(script_path, cell, **options)
 
 
 class Job:

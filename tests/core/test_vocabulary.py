@@ -80,6 +80,7 @@ def magic_options(name: str) -> list[MagicOption]:
 FORWARDS: dict[Callable[..., Any], Callable[..., Any]] = {
     gpugeek_jupyter.launch: PoolSpec.create,
     ClusterClient.create_job: PoolSpec.create,
+    ClusterClient.schedule: gpugeek_jupyter.schedule,
 }
 
 
@@ -145,7 +146,9 @@ OPERATIONS: dict[str, Operation] = {
     "report cost": Operation(magics=("gpugeek_cost",), python=(cost_report,), python_also=(record_data_volume,)),
     "compare owning with renting": Operation(magics=("gpugeek_tco",), python=(compare_owned,)),
     "schedule runs": Operation(
-        magics=("gpugeek_schedule",), python=(gpugeek_jupyter.schedule,), rest=(("POST", "/gpugeek/schedules"),)
+        magics=("gpugeek_schedule",),
+        python=(gpugeek_jupyter.schedule, ClusterClient.schedule),
+        rest=(("POST", "/gpugeek/schedules"),),
     ),
     "list schedules": Operation(
         magics=("gpugeek_schedules",), python=(list_schedules,), rest=(("GET", "/gpugeek/schedules"),)
