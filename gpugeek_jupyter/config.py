@@ -55,6 +55,7 @@ ENVIRONMENT = {
     "elastic_wait_seconds": "GPUGEEK_ELASTIC_WAIT",
     "agent_idle_seconds": "GPUGEEK_AGENT_IDLE",
     "result_bytes": "GPUGEEK_RESULT_BYTES",
+    "team_ledger_url": "GPUGEEK_TEAM_LEDGER",
 }
 
 
@@ -120,6 +121,36 @@ class GpugeekConfig(Configurable):
         256 * 1024 * 1024,
         help="The largest detached job result kept on disk (every rank's return value, pickled); past it "
         "the result is kept without its values and says so. Env: GPUGEEK_RESULT_BYTES.",
+    ).tag(config=True)
+    team_ledger_url = Unicode(
+        "",
+        help="SQLAlchemy URL of the team ledger every user's processes write their pools into, for the "
+        "team budget and an admin's report, e.g. 'postgresql+psycopg://gpugeek@db/gpugeek' ('': none; each "
+        "user's private registry only). Env: GPUGEEK_TEAM_LEDGER.",
+    ).tag(config=True)
+    quota_max_gpus = Integer(0, help="GPUs a user may hold at once over all their live pools (0: no limit).").tag(
+        config=True
+    )
+    quota_max_workers = Integer(0, help="Workers a user may hold at once over all their live pools (0: no limit).").tag(
+        config=True
+    )
+    quota_backends: List[str] = List(
+        Unicode(), help="Backends a user may launch on, e.g. ['local', 'slurm'] (empty: any)."
+    ).tag(config=True)
+    quota_gpu_types: List[str] = List(
+        Unicode(), help="GPU types a user may launch, e.g. ['cpu', 'A100-80GB'] (empty: any)."
+    ).tag(config=True)
+    quota_usd_per_day = Float(
+        0.0, help="USD a user may spend per day (UTC); past it no pool of theirs starts (0: no limit)."
+    ).tag(config=True)
+    team_budget_usd_per_month = Float(
+        0.0,
+        help="USD the whole team may spend per calendar month (UTC), from the team ledger: past it no pool "
+        "starts and running pools are stopped (0: no budget; needs team_ledger_url).",
+    ).tag(config=True)
+    user_quotas = Dict(
+        help="Per-user quota overrides, e.g. {'ada': {'max_gpus': 16, 'usd_per_day': 200}} (keys: max_gpus, "
+        "max_workers, backends, gpu_types, usd_per_day)."
     ).tag(config=True)
     job_logs_keep = Integer(
         500,

@@ -401,3 +401,10 @@ class BudgetExceededError(GpugeekError):
     """A pool spent its whole budget and was stopped."""
 
     http_status = 402
+
+
+class QuotaExceededError(GpugeekError):
+    """A launch would break the user's quota or the team's budget (GpugeekConfig.quota_*,
+    team_budget_usd_per_month); nothing was started."""
+
+    http_status = 403

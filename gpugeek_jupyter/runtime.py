@@ -59,6 +59,7 @@ class VersionCheck(PoolLifecyclePlugin):
 def create_pool_manager(registry: Registry | None = None, owner: str | None = None) -> PoolManager:
     """A pool manager with the standard plugins, the same in a kernel, a script and the server."""
     from .cost.guards import install_cost_hooks
+    from .cost.team import install_team_ledger
     from .jobs import EndJobsBeforeStop
     from .pools.kubernetes import DisruptionRecorder
     from .pools.slurm import SlurmJobWatcher
@@ -67,6 +68,7 @@ def create_pool_manager(registry: Registry | None = None, owner: str | None = No
     manager.register_plugin(TelemetryStarter())  # samplers on every worker of a new pool
     manager.register_plugin(VersionCheck())  # workers with another torch, dask or gpugeek_jupyter named
     install_cost_hooks(manager)  # utilization samples, budget and idle-shutdown watchers
+    install_team_ledger(manager)  # quotas checked at launch; pools written to the team ledger if there is one
     manager.register_plugin(DisruptionRecorder())  # preempted pods of kubernetes pools (no-op otherwise)
     manager.register_plugin(SlurmJobWatcher())  # slurm pools: job ids, ended jobs reported and replaced
     manager.register_plugin(EndJobsBeforeStop())  # a running job ends, with the reason, before its workers go

@@ -127,6 +127,8 @@ class PoolManager:
         self._current: str | None = None
         self._lock = threading.RLock()
         self._plugins: dict[str, PoolLifecyclePlugin] = {}
+        # called with each spec before anything of a launch starts; one raises to refuse it (quotas)
+        self.admission_checks: list[Callable[[PoolSpec], None]] = []
         self._kept_alive: set[int] = set()  # ids of owned pools not yet final: the liveness beat renews them
         self._stopping: dict[int, threading.Event] = {}  # pool id -> set once its stop has finished
         self._stop_threads: dict[int, threading.Thread] = {}
@@ -224,6 +226,8 @@ class PoolManager:
         _refuse_inside_a_reimported_main()
         backend = backend_for(spec.backend)
         backend.preflight(spec)
+        for admit in list(self.admission_checks):
+            admit(spec)
         config = get_config()
         self.registry.mark_lost_pools(config.lost_after_seconds)  # frees names held by dead kernels
         record = self.registry.add_pool(

@@ -1,0 +1,493 @@
+"""Quotas and a team budget, from one team ledger that an admin can read.
+
+A single user needs none of this: their private SQLite registry is the record of their pools and
+cost, and stays so. A team on one JupyterHub (or any set of users) shares one **team ledger**: a
+database that every user's kernels, scripts and Jupyter server write their pools into (who, which
+pool, where, how many GPUs and workers, at what price, from when to when), reached through
+SQLAlchemy Core, so the same code runs on PostgreSQL for a team and on SQLite for a try-out::
+
+    c.GpugeekConfig.team_ledger_url = "postgresql+psycopg://gpugeek@db.internal/gpugeek"
+
+The admin's settings (``GpugeekConfig``, read by every user's process from the hub's config) then
+limit what a user may launch, checked before anything starts, on every surface (the pool manager
+checks every launch):
+
+- ``quota_max_gpus`` / ``quota_max_workers``: GPUs and workers a user may hold at once, over all
+  their live pools (the ledger's open rows; without a ledger, this host's registry);
+- ``quota_backends`` / ``quota_gpu_types``: what a user may launch on (empty: anything);
+- ``quota_usd_per_day``: a user's spend since midnight UTC;
+- ``team_budget_usd_per_month``: the whole team's spend this calendar month (UTC), which also
+  stops running pools once reached, as a pool's own ``--budget`` does;
+- ``user_quotas``: per-user overrides, e.g. ``{"ada": {"max_gpus": 16}}``.
+
+A breach is one line naming the limit, the usage and the setting. :func:`team_report` is the
+admin's view: spend per user and GPU type over a period, from the ledger.
+
+Spend is each pool's hourly rate (the prices in force at its launch) times the time it was live
+within the period; a pool whose owner was killed is closed at the next check of the same user on
+the same host (its registry says it is lost).
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ..config import get_config
+from ..errors import GpugeekError, Phrase, QuotaExceededError, Setting, Value
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from ..config import GpugeekConfig
+    from ..pools import Pool, PoolManager
+    from ..spec import PoolSpec
+    from ..store import PoolRecord, Registry
+
+log = logging.getLogger(__name__)
+
+TEAM_PLUGIN = "gpugeek-team-ledger"
+TEAM_BUDGET_CHECK_S = 30.0  # how often a running pool's process reads the team's spend
+
+
+def current_user() -> str:
+    """Who launches: the hub's name for the user under JupyterHub, else the OS user."""
+    return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+
+
+# -- quotas ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Quota:
+    """What one user may launch (0 or empty: no limit)."""
+
+    max_gpus: int = 0
+    max_workers: int = 0
+    backends: tuple[str, ...] = ()
+    gpu_types: tuple[str, ...] = ()
+    usd_per_day: float = 0.0
+
+    @property
+    def limits_anything(self) -> bool:
+        return bool(self.max_gpus or self.max_workers or self.backends or self.gpu_types or self.usd_per_day)
+
+
+_QUOTA_FIELDS = {"max_gpus": int, "max_workers": int, "backends": tuple, "gpu_types": tuple, "usd_per_day": float}
+
+
+def quota_for(user: str, config: GpugeekConfig | None = None) -> Quota:
+    """``user``'s quota: the ``quota_*`` settings with ``user_quotas[user]`` over them."""
+    config = config or get_config()
+    values: dict[str, Any] = {
+        "max_gpus": int(config.quota_max_gpus),
+        "max_workers": int(config.quota_max_workers),
+        "backends": tuple(config.quota_backends),
+        "gpu_types": tuple(config.quota_gpu_types),
+        "usd_per_day": float(config.quota_usd_per_day),
+    }
+    override = dict(config.user_quotas).get(user) or {}
+    for key, value in dict(override).items():
+        if key not in _QUOTA_FIELDS:
+            raise GpugeekError(
+                Phrase(
+                    "GpugeekConfig.user_quotas[{user}] has an unknown limit {key}; use one of {known} "
+                    "(e.g. {{'ada': {{'max_gpus': 8}}}})",
+                    user=Value(user),
+                    key=Value(key),
+                    known=", ".join(_QUOTA_FIELDS),
+                )
+            )
+        values[key] = _QUOTA_FIELDS[key](value)
+    return Quota(**values)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a user holds now and has spent today, and what the team has spent this month."""
+
+    gpus: int = 0
+    workers: int = 0
+    user_usd_today: float = 0.0
+    team_usd_month: float = 0.0
+
+
+def _gpus_of(spec: PoolSpec) -> int:
+    from ..catalog import load_catalog
+
+    gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
+    return 0 if gpu.is_cpu else int(spec.count)
+
+
+def _usd(amount: float) -> str:
+    return f"${amount:,.2f}"
+
+
+def check_quota(spec: PoolSpec, user: str, quota: Quota, usage: Usage, team_budget: float) -> None:
+    """Raise :class:`QuotaExceededError`, one line naming the limit, the usage and the setting, when
+    launching ``spec`` would break ``quota`` or the team budget; nothing otherwise."""
+    ask = "stop one of your pools or ask your admin"
+    if quota.backends and spec.backend not in quota.backends:
+        raise QuotaExceededError(
+            Phrase(
+                "{user} may launch on {allowed} only, not {asked} (GpugeekConfig.quota_backends); ask your admin",
+                user=Value(user),
+                allowed=", ".join(quota.backends),
+                asked=Setting(backend=spec.backend),
+            ),
+            field="backend",
+        )
+    if quota.gpu_types and spec.gpu_type.lower() not in {t.lower() for t in quota.gpu_types}:
+        raise QuotaExceededError(
+            Phrase(
+                "{user} may launch {allowed} only, not {asked} (GpugeekConfig.quota_gpu_types); ask your admin",
+                user=Value(user),
+                allowed=", ".join(quota.gpu_types),
+                asked=Setting(gpu_type=spec.gpu_type),
+            ),
+            field="gpu_type",
+        )
+    gpus = _gpus_of(spec)
+    if quota.max_gpus and gpus and usage.gpus + gpus > quota.max_gpus:
+        raise QuotaExceededError(
+            Phrase(
+                "{asked} would give {user} {total} GPUs at once, past the quota of {limit} "
+                "(GpugeekConfig.quota_max_gpus; {held} held now); {ask}",
+                asked=Setting(count=spec.count),
+                user=Value(user),
+                total=str(usage.gpus + gpus),
+                limit=str(quota.max_gpus),
+                held=str(usage.gpus),
+                ask=ask,
+            ),
+            field="count",
+        )
+    if quota.max_workers and usage.workers + spec.count > quota.max_workers:
+        raise QuotaExceededError(
+            Phrase(
+                "{asked} would give {user} {total} workers at once, past the quota of {limit} "
+                "(GpugeekConfig.quota_max_workers; {held} held now); {ask}",
+                asked=Setting(count=spec.count),
+                user=Value(user),
+                total=str(usage.workers + spec.count),
+                limit=str(quota.max_workers),
+                held=str(usage.workers),
+                ask=ask,
+            ),
+            field="count",
+        )
+    if quota.usd_per_day and usage.user_usd_today >= quota.usd_per_day:
+        raise QuotaExceededError(
+            Phrase(
+                "{user} has spent {spent} today (UTC), the daily quota of {limit} "
+                "(GpugeekConfig.quota_usd_per_day); no pool starts before midnight UTC unless your admin raises it",
+                user=Value(user),
+                spent=_usd(usage.user_usd_today),
+                limit=_usd(quota.usd_per_day),
+            )
+        )
+    if team_budget and usage.team_usd_month >= team_budget:
+        raise QuotaExceededError(
+            Phrase(
+                "the team has spent {spent} this month (UTC), its budget of {limit} "
+                "(GpugeekConfig.team_budget_usd_per_month); no pool starts until your admin raises it",
+                spent=_usd(usage.team_usd_month),
+                limit=_usd(team_budget),
+            )
+        )
+
+
+# -- the ledger -----------------------------------------------------------------------------------
+def _tables() -> Any:
+    from sqlalchemy import Column, Float, Integer, MetaData, String, Table
+
+    metadata = MetaData()
+    pools = Table(
+        "gpugeek_team_pools",
+        metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("pool_key", String(512), nullable=False, unique=True),  # host, registry, pool id
+        Column("user_name", String(255), nullable=False, index=True),
+        Column("host", String(255), nullable=False),
+        Column("pool_name", String(255), nullable=False),
+        Column("backend", String(32), nullable=False),
+        Column("gpu_type", String(64), nullable=False),
+        Column("gpus", Integer, nullable=False),
+        Column("workers", Integer, nullable=False),
+        Column("usd_per_hour", Float, nullable=False),
+        Column("started_at", Float, nullable=False, index=True),
+        Column("ended_at", Float, nullable=True, index=True),
+    )
+    return metadata, pools
+
+
+_METADATA, POOLS = _tables()
+
+
+def pool_key(registry: Registry, pool_id: int, host: str | None = None) -> str:
+    """The ledger's key of a registry pool: the same id in another registry or host is another pool."""
+    return f"{host or socket.gethostname()}:{registry.path}:{int(pool_id)}"
+
+
+def _spend(rows: Any, since: float, until: float) -> float:
+    total = 0.0
+    for row in rows:
+        start = max(float(row.started_at), since)
+        end = min(float(row.ended_at) if row.ended_at is not None else until, until)
+        if end > start:
+            total += float(row.usd_per_hour) * (end - start) / 3600.0
+    return total
+
+
+def start_of_day(now: float) -> float:
+    moment = datetime.fromtimestamp(now, UTC)
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+def start_of_month(now: float) -> float:
+    moment = datetime.fromtimestamp(now, UTC)
+    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+@dataclass
+class TeamLedger:
+    """The team ledger at ``url`` (an SQLAlchemy URL); its table is made on first use."""
+
+    url: str
+    _engine: Engine | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def engine(self) -> Engine:
+        with self._lock:
+            if self._engine is None:
+                from sqlalchemy import create_engine
+
+                engine = create_engine(self.url, pool_pre_ping=True)
+                _METADATA.create_all(engine)
+                self._engine = engine
+            return self._engine
+
+    def record_start(self, key: str, user: str, record: PoolRecord, spec: PoolSpec, usd_per_hour: float) -> None:
+        """Open ``key``'s row (again, if a registry made anew reused an id: the old row is closed)."""
+        from sqlalchemy import insert, update
+
+        now = time.time()
+        with self.engine.begin() as db:
+            db.execute(update(POOLS).where(POOLS.c.pool_key == key, POOLS.c.ended_at.is_(None)).values(ended_at=now))
+            db.execute(
+                update(POOLS).where(POOLS.c.pool_key == key).values(pool_key=POOLS.c.pool_key + f"#ended-{now:.6f}")
+            )
+            db.execute(
+                insert(POOLS).values(
+                    pool_key=key,
+                    user_name=user,
+                    host=socket.gethostname(),
+                    pool_name=record.name,
+                    backend=spec.backend,
+                    gpu_type=spec.gpu_type,
+                    gpus=_gpus_of(spec),
+                    workers=int(spec.count),
+                    usd_per_hour=float(usd_per_hour),
+                    started_at=float(record.created_at or now),
+                )
+            )
+
+    def record_end(self, key: str, ended_at: float | None = None) -> None:
+        from sqlalchemy import update
+
+        with self.engine.begin() as db:
+            db.execute(
+                update(POOLS)
+                .where(POOLS.c.pool_key == key, POOLS.c.ended_at.is_(None))
+                .values(ended_at=float(ended_at or time.time()))
+            )
+
+    def open_pools(self, user: str) -> list[Any]:
+        from sqlalchemy import select
+
+        with self.engine.connect() as db:
+            return list(db.execute(select(POOLS).where(POOLS.c.user_name == user, POOLS.c.ended_at.is_(None))))
+
+    def spend(self, since: float, until: float | None = None, user: str | None = None) -> float:
+        """USD spent between ``since`` and ``until`` (now), by ``user`` or the whole team."""
+        from sqlalchemy import or_, select
+
+        until = until or time.time()
+        query = select(POOLS.c.started_at, POOLS.c.ended_at, POOLS.c.usd_per_hour).where(
+            POOLS.c.started_at < until, or_(POOLS.c.ended_at.is_(None), POOLS.c.ended_at > since)
+        )
+        if user is not None:
+            query = query.where(POOLS.c.user_name == user)
+        with self.engine.connect() as db:
+            return _spend(db.execute(query), since, until)
+
+    def report(self, since: float, until: float | None = None) -> list[dict[str, Any]]:
+        """Spend per user and GPU type between ``since`` and ``until``: rows of user, gpu_type, pools,
+        gpu_hours and usd, largest spend first."""
+        from sqlalchemy import or_, select
+
+        until = until or time.time()
+        query = select(POOLS).where(
+            POOLS.c.started_at < until, or_(POOLS.c.ended_at.is_(None), POOLS.c.ended_at > since)
+        )
+        groups: dict[tuple[str, str], dict[str, Any]] = {}
+        with self.engine.connect() as db:
+            for row in db.execute(query):
+                start = max(float(row.started_at), since)
+                end = min(float(row.ended_at) if row.ended_at is not None else until, until)
+                hours = max(0.0, end - start) / 3600.0
+                entry = groups.setdefault(
+                    (row.user_name, row.gpu_type),
+                    {"user": row.user_name, "gpu_type": row.gpu_type, "pools": 0, "gpu_hours": 0.0, "usd": 0.0},
+                )
+                entry["pools"] += 1
+                entry["gpu_hours"] += hours * int(row.gpus)
+                entry["usd"] += hours * float(row.usd_per_hour)
+        return sorted(groups.values(), key=lambda e: (-e["usd"], e["user"], e["gpu_type"]))
+
+    def close_lost(self, user: str, registry: Registry) -> None:
+        """Close this user's open rows of this host and registry whose pool is no longer live there
+        (an owner killed before it could record the end)."""
+        host = socket.gethostname()
+        prefix = f"{host}:{registry.path}:"
+        for row in self.open_pools(user):
+            if not str(row.pool_key).startswith(prefix):
+                continue
+            try:
+                record = registry.pool_by_id(int(str(row.pool_key).rsplit(":", 1)[1]))
+            except Exception:
+                self.record_end(row.pool_key)
+                continue
+            if not record.status.is_live:
+                self.record_end(row.pool_key, record.ended_at or time.time())
+
+
+@functools.cache
+def _ledger(url: str) -> TeamLedger:
+    return TeamLedger(url)
+
+
+def team_ledger(config: GpugeekConfig | None = None) -> TeamLedger | None:
+    """The configured team ledger, or None (a single user's private registry only)."""
+    url = (config or get_config()).team_ledger_url
+    return _ledger(url) if url else None
+
+
+def _registry_usage(registry: Registry, spec_of: Any) -> tuple[int, int]:
+    gpus = workers = 0
+    for record in registry.list_pools(live_only=True):
+        spec = spec_of(record)
+        gpus += _gpus_of(spec)
+        workers += int(spec.count)
+    return gpus, workers
+
+
+def usage_of(user: str, registry: Registry, ledger: TeamLedger | None) -> Usage:
+    """What ``user`` holds and spent, from the ledger when there is one, else from this registry."""
+    now = time.time()
+    if ledger is None:
+        from ..spec import PoolSpec
+
+        gpus, workers = _registry_usage(registry, lambda r: PoolSpec.from_dict(r.spec))
+        return Usage(gpus=gpus, workers=workers)
+    ledger.close_lost(user, registry)
+    open_rows = ledger.open_pools(user)
+    return Usage(
+        gpus=sum(int(r.gpus) for r in open_rows),
+        workers=sum(int(r.workers) for r in open_rows),
+        user_usd_today=ledger.spend(start_of_day(now), now, user=user),
+        team_usd_month=ledger.spend(start_of_month(now), now),
+    )
+
+
+def admit_launch(manager: PoolManager, spec: PoolSpec) -> None:
+    """The pool manager's admission check: quotas and the team budget, before anything starts."""
+    config = get_config()
+    user = current_user()
+    quota = quota_for(user, config)
+    ledger = team_ledger(config)
+    budget = float(config.team_budget_usd_per_month)
+    if not quota.limits_anything and not (ledger is not None and budget):
+        return
+    try:
+        usage = usage_of(user, manager.registry, ledger)
+    except QuotaExceededError:
+        raise
+    except Exception as e:
+        raise QuotaExceededError(
+            Phrase(
+                "the team ledger (GpugeekConfig.team_ledger_url) cannot be read, so {user}'s quota cannot be "
+                "checked: {cause}; try again, or ask your admin",
+                user=Value(user),
+                cause=f"{type(e).__name__}: {e}",
+            )
+        ) from e
+    check_quota(spec, user, quota, usage, budget if ledger is not None else 0.0)
+
+
+class TeamLedgerReporter:
+    """Pool plugin: writes each pool this process launches into the team ledger (its start and end),
+    and stops a running pool once the team's monthly budget is spent."""
+
+    name = TEAM_PLUGIN
+
+    def __init__(self, ledger: TeamLedger) -> None:
+        self.ledger = ledger
+        self._checked_at: dict[int, float] = {}
+
+    def ready(self, manager: PoolManager, pool: Pool) -> None:
+        from ..pricing import hourly_rate
+
+        record = pool.record
+        self.ledger.record_start(
+            pool_key(manager.registry, pool.id),
+            current_user(),
+            record,
+            pool.spec,
+            hourly_rate(pool.spec, record.prices),
+        )
+
+    def stopped(self, manager: PoolManager, record: PoolRecord) -> None:
+        self._checked_at.pop(record.id, None)
+        self.ledger.record_end(pool_key(manager.registry, record.id), record.ended_at)
+
+    def heartbeat(self, manager: PoolManager, pool: Pool) -> None:
+        budget = float(get_config().team_budget_usd_per_month)
+        now = time.monotonic()
+        if not budget or now - self._checked_at.get(pool.id, 0.0) < TEAM_BUDGET_CHECK_S:
+            return
+        self._checked_at[pool.id] = now
+        spent = self.ledger.spend(start_of_month(time.time()))
+        if spent >= budget:
+            from .guards import stop_for
+
+            stop_for(
+                manager,
+                pool,
+                "team-budget-stop",
+                f"pool '{pool.name}' was stopped: the team has spent {_usd(spent)} this month, its budget of "
+                f"{_usd(budget)} (GpugeekConfig.team_budget_usd_per_month)",
+            )
+
+
+def install_team_ledger(manager: PoolManager) -> None:
+    """Check every launch against the quotas; with a team ledger configured, report to it too."""
+    manager.admission_checks.append(functools.partial(admit_launch, manager))
+    ledger = team_ledger()
+    if ledger is not None:
+        manager.register_plugin(TeamLedgerReporter(ledger))  # type: ignore[arg-type]
+
+
+def team_report(since: float | None = None, until: float | None = None) -> list[dict[str, Any]]:
+    """The admin's view: spend per user and GPU type since ``since`` (default: this month, UTC)."""
+    ledger = team_ledger()
+    if ledger is None:
+        raise GpugeekError("no team ledger is configured (set GpugeekConfig.team_ledger_url)")
+    return ledger.report(since if since is not None else start_of_month(time.time()), until)
