@@ -286,13 +286,21 @@ def test_dask_cuda_with_gpus_passes_only_if_it_is_installed() -> None:
         assert result.state is CheckState.PASS, result.line()
 
 
-def test_this_torch_suits_this_machine() -> None:
+def test_the_torch_check_judges_the_installed_build_against_this_machines_gpus() -> None:
     build = doctor.installed_torch()
     assert build is not None
-    result = doctor.check_torch()
-    if not discover_gpus().devices and not build.cuda:
-        assert result.state is CheckState.PASS and "a CPU build, as suits this machine" in result.detail
-    assert build.version in result.detail
+    facts = doctor.gpu_facts()
+    result = doctor.check_torch(facts)
+    assert build.version in result.detail, result.line()
+    if not facts.has_gpus:  # here, and on any machine without an NVIDIA driver
+        expected = "note: no NVIDIA GPU here" if build.cuda or build.hip else "a CPU build, as suits this machine"
+        assert result.state is CheckState.PASS and expected in result.detail, result.line()
+    elif not build.cuda:  # GPUs, but a CPU wheel: jobs would not use them
+        assert result.state is CheckState.FAIL and "jobs would not use them" in result.detail, result.line()
+        assert result.fix.startswith(f"pip install --force-reinstall torch=={build.version.split('+')[0]} ")
+    else:  # a CUDA build passes unless it is newer than what the driver supports
+        too_new = int(build.cuda.split(".")[0]) > int((facts.cuda_version or "0").split(".")[0])
+        assert result.state is (CheckState.FAIL if too_new else CheckState.PASS), result.line()
 
 
 def test_cpu_torch_with_gpus_fails_with_the_pip_command_for_a_cuda_build() -> None:

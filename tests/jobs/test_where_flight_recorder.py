@@ -91,8 +91,10 @@ def test_a_where_report_shows_each_ranks_newest_collectives_when_the_recorder_is
     recorded_pool: Any, tmp_path: Path
 ) -> None:
     text = _report_while_waiting(recorded_pool, tmp_path, "gloo")
-    line = next(line for line in text.splitlines() if line.startswith("flight recorder, rank 0"))
+    recorded = {line.split(":", 1)[0]: line for line in text.splitlines() if line.startswith("flight recorder, rank")}
+    line = recorded["flight recorder, rank 0"]
     assert "#1 gloo:all_reduce" in line and "#2 gloo:all_reduce" in line, text  # rank 0 is in its second
+    assert "#1 gloo:all_reduce" in recorded["flight recorder, rank 1"], text  # rank 1 waits after its first
 
 
 @pytest.mark.gpu
@@ -109,6 +111,10 @@ def test_the_nccl_flight_recorder_is_in_the_report_on_gpus(monkeypatch: pytest.M
     try:
         if len(found) < 2:
             pytest.skip("the NCCL flight recorder test needs 2 GPUs (one rank waits while the other reduces)")
-        _report_while_waiting(pool, tmp_path, "nccl")
+        text = _report_while_waiting(pool, tmp_path, "nccl")
     finally:
         pool.stop()
+    recorded = {line.split(":", 1)[0]: line for line in text.splitlines() if line.startswith("flight recorder, rank")}
+    # rank 0 is in its second all_reduce, rank 1 finished its first: each has its own line
+    assert recorded["flight recorder, rank 0"].count("nccl:all_reduce") >= 2, text
+    assert "nccl:all_reduce" in recorded["flight recorder, rank 1"], text

@@ -15,6 +15,7 @@ import pytest
 from gpugeek_jupyter.catalog import load_catalog
 from gpugeek_jupyter.nvml import discover_gpus
 from gpugeek_jupyter.store import get_registry
+from gpugeek_jupyter.telemetry._schema import NO_GPU
 
 from .conftest import Fetch
 
@@ -127,7 +128,10 @@ async def test_pool_launched_by_another_process_is_listed_and_stopped_by_delete(
             await asyncio.sleep(0.2)
         assert status == 200 and samples, metrics
         assert samples[0]["worker_name"] == "0" and samples[0]["cpu_pct"] is not None
-        assert "NVML" in samples[0]["no_gpu_reason"] or samples[0]["gpu"] >= 0
+        # a cpu pool's worker has no GPU, on any machine, and its row says why (no NVML here; on a GPU
+        # machine, no GPU visible to the worker)
+        assert samples[0]["gpu"] == NO_GPU and samples[0]["gpu_name"] is None, samples[0]
+        assert "NVML" in samples[0]["no_gpu_reason"] or "no GPU visible" in samples[0]["no_gpu_reason"], samples[0]
 
         status, body = await api("DELETE", "pools", "from-kernel")
         assert (status, body["pool"]["status"]) == (200, "stopped")

@@ -140,7 +140,24 @@ async def test_jobs_are_listed_and_fetched_by_id(api: Fetch) -> None:
     assert (
         one["job"]["pool"] == "busy" and one["job"]["hyperparams"] == {"lr": 0.01} and one["job"]["status"] == "running"
     )
-    assert one["job"]["usd"] >= 0
+    assert one["job"]["usd"] == 0  # the pool has no worker running: nothing to pay for yet
+
+
+async def test_a_running_jobs_usd_is_what_its_pools_workers_cost_since_it_started(api: Fetch) -> None:
+    registry = get_registry()
+    spec = PoolSpec.create(gpu_type="cpu", count=2, backend="local", name="priced", price=36.0)  # 0.01 USD/s a worker
+    record = registry.add_pool(spec.name, spec.backend, spec.to_dict(), prices_in_force(spec), owner="kernel 1234")
+    registry.set_pool_status(record.id, PoolStatus.READY, scheduler_address="tcp://127.0.0.1:9", dashboard_link=None)
+    started = time.time() - 60
+    for worker in ("0", "1"):
+        registry.open_worker_interval(record.id, worker, "on_demand", started_at=started - 600)  # before the job
+    registry.add_job("job-8", record.id, record.name, "cell", "ef" * 32, ranks=2)
+    with registry._write() as db:  # the job started a minute ago
+        db.execute("UPDATE jobs SET started_at = ? WHERE id = ?", (started, "job-8"))
+    status, one = await api("GET", "jobs", "job-8")
+    assert status == 200
+    # 2 workers x 60 s x 0.01 USD/s, plus the seconds the request took; the 10 minutes before it are not the job's
+    assert one["job"]["usd"] == pytest.approx(1.2, abs=0.1), one["job"]
 
 
 async def test_queued_jobs_are_listed_with_their_place_in_the_queue_and_no_cost_yet(api: Fetch) -> None:

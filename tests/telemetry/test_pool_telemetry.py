@@ -171,10 +171,20 @@ def test_a_job_summary_covers_its_window_with_mean_and_peak(pool: Any) -> None:
     summary = telemetry.job_summary(pool, start, end)
     assert summary["workers"] == 2 and summary["rows"] >= 6
     assert summary["timeline"]["t"] and max(summary["timeline"]["t"]) <= end - start
+    # the same samples as the pool's frame shows, between start and end, and only those
+    frame = pool.metrics()
+    seconds = frame["time"].map(lambda t: t.timestamp())
+    window = frame[(seconds >= start) & (seconds <= end)]
+    assert summary["rows"] == len(window) and window["worker"].nunique() == 2
     if summary["gpus"]:
-        assert summary["sm_util_peak_pct"] >= summary["sm_util_mean_pct"] >= 0
+        gpu = window[window["gpu"].notna()]
+        measured = (summary["sm_util_mean_pct"], summary["sm_util_peak_pct"])
+        expected = (gpu["sm_util_pct"].mean(), gpu["sm_util_pct"].max())
     else:
-        assert summary["no_gpu_reason"] and summary["cpu_peak_pct"] >= summary["cpu_mean_pct"] >= 0
+        assert summary["no_gpu_reason"]
+        measured = (summary["cpu_mean_pct"], summary["cpu_peak_pct"])
+        expected = (window["cpu_pct"].mean(), window["cpu_pct"].max())
+    assert measured == pytest.approx(expected, abs=0.05), (measured, expected)
 
 
 def test_another_process_attaching_reads_the_same_samplers_without_restarting_them(pool: Any) -> None:
