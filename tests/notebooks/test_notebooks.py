@@ -9,6 +9,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError
 
+from support.agent import agent_stopped_afterwards
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]-*.ipynb"))
 
 pytestmark = pytest.mark.slow
@@ -30,7 +32,8 @@ def test_notebook_runs_top_to_bottom_without_errors(path: Path, tmp_path: Path) 
         nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     )
     try:
-        client.execute()  # raises CellExecutionError naming the cell that failed
+        with agent_stopped_afterwards():  # one a notebook started (kept pools, schedules), by its pid
+            client.execute()  # raises CellExecutionError naming the cell that failed
     except CellTimeoutError as e:  # it names the cell; add what the notebook printed last
         printed = [c.get("outputs") for c in nb.cells if c.cell_type == "code" and c.get("outputs")]
         raise AssertionError(f"{path.name}: {e}\nlast outputs: {printed[-2:]}") from None
