@@ -54,6 +54,7 @@ ENVIRONMENT = {
     "job_logs_keep": "GPUGEEK_JOB_LOGS_KEEP",
     "elastic_wait_seconds": "GPUGEEK_ELASTIC_WAIT",
     "agent_idle_seconds": "GPUGEEK_AGENT_IDLE",
+    "keeper_grace_seconds": "GPUGEEK_KEEPER_GRACE",
     "result_bytes": "GPUGEEK_RESULT_BYTES",
     "team_ledger_url": "GPUGEEK_TEAM_LEDGER",
 }
@@ -116,6 +117,12 @@ class GpugeekConfig(Configurable):
         300.0,
         help="The per-user agent (which owns kept pools and detached jobs) exits after this many seconds "
         "with no live kept pool and no detached job. Env: GPUGEEK_AGENT_IDLE.",
+    ).tag(config=True)
+    keeper_grace_seconds = Float(
+        120.0,
+        help="A kept Slurm pool whose agent died waits this long for a new agent to take it back (its "
+        "scheduler's process starts one) before it cancels its Slurm jobs and is recorded lost. "
+        "Env: GPUGEEK_KEEPER_GRACE.",
     ).tag(config=True)
     result_bytes = Integer(
         256 * 1024 * 1024,

@@ -45,6 +45,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: service.stopping.set())
     log.info("gpugeek agent %d serving on %s", os.getpid(), paths.socket)
     _load_plugins(service)
+    # pools a previous agent kept that outlived it (kept Slurm pools), with their running jobs; before
+    # serving, so that no client's call imports what this does at the same time
+    _take_back(service)
     threading.Thread(target=_watch, args=(service, server), name="gpugeek-agent-idle", daemon=True).start()
     try:
         server.serve_forever()  # returns (SystemExit) once the stop event is set
@@ -61,6 +64,16 @@ def _load_plugins(service: AgentService) -> None:
             service.register_plugin(plugin, module_name)
         except Exception:  # the agent still serves kept pools and detached jobs
             log.exception("gpugeek agent %d: plugin %s did not start", os.getpid(), module_name)
+
+
+def _take_back(service: AgentService) -> None:
+    try:
+        names = service.take_back()
+    except Exception:  # the agent still serves; the keepers give up in time and say why
+        log.exception("gpugeek agent %d: taking pools back failed", os.getpid())
+        return
+    if names:
+        log.info("gpugeek agent %d took back pools %s", os.getpid(), ", ".join(names))
 
 
 def _watch(service: AgentService, server: Any) -> None:

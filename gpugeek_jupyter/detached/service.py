@@ -10,9 +10,11 @@ rank's log; its result (every rank's value) to a 0600 file beside them (:mod:`.r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
+import sys
 import threading
 import time
 from typing import Any
@@ -39,11 +41,14 @@ class AgentService:
         self.started = time.monotonic()
         self.manager = get_pool_manager()
         self.manager.owner = f"{AGENT_OWNER} (pid {os.getpid()})"
+        # its kept Slurm pools run their scheduler apart, and bring an agent back should this one die
+        self.manager.restart_command = (sys.executable, "-m", "gpugeek_jupyter.detached", "--ensure")
         self._runs: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
         self._busy_at = time.monotonic()
         self.stopping = threading.Event()
         self._plugins: dict[str, Any] = {}
+        self._taken_over_cancels: dict[str, str] = {}  # taken-over job id -> why it is to stop
 
     def register_plugin(self, plugin: Any, name: str) -> None:
         """Run ``plugin`` in this agent under ``name`` (once: a second one of that name replaces the
@@ -108,8 +113,8 @@ class AgentService:
 
         with self._lock:
             ours = job_id in self._runs and self._runs[job_id].is_alive()
-        if ours:
-            cancel_job(job_id, reason)
+        if ours and not cancel_job(job_id, reason):  # not the job agent's: one this agent took over
+            self._taken_over_cancels[job_id] = reason
         return {"cancelled": ours}
 
     def status(self) -> dict[str, Any]:
@@ -147,11 +152,61 @@ class AgentService:
         with self._lock:
             runs = dict(self._runs)
         for job_id, run in runs.items():
-            if run.is_alive():
-                cancel_job(job_id, "the gpugeek agent stopped")
+            if run.is_alive() and not cancel_job(job_id, "the gpugeek agent stopped"):
+                self._taken_over_cancels[job_id] = "the gpugeek agent stopped"
         for run in runs.values():
             run.join(timeout=30)
         self.manager.shutdown()
+
+    def take_back(self) -> list[str]:
+        """Take back the pools a previous agent kept that outlived it (kept Slurm pools, whose
+        scheduler runs in a keeper process), and follow their running detached jobs to the end;
+        the pools' names. Called once, at start."""
+        from ..pools.kept_scheduler import pools_to_take_back, take_back
+
+        names = []
+        for record in pools_to_take_back(self.manager.registry, AGENT_OWNER):
+            try:
+                pool = take_back(self.manager, record)
+            except Exception:  # the keeper gives up in time and records why
+                log.exception("could not take back pool %s", record.name)
+                continue
+            names.append(pool.name)
+            for job in pool.registry.open_jobs(pool.id):
+                if job.status.value == "running":
+                    self._follow(pool, job)
+        return names
+
+    def _follow(self, pool: Any, job: Any) -> None:
+        run = threading.Thread(target=self._run_taken_over, args=(pool, job), name=f"gpugeek-detached-{job.id}")
+        with self._lock:
+            self._runs[job.id] = run
+        run.start()
+
+    def _run_taken_over(self, pool: Any, job: Any) -> None:
+        from ..jobs.readopt import follow_orphaned_job
+
+        stream = StreamWriter.resume(job.id)
+        status, failure = "failed", None
+        try:
+            result = follow_orphaned_job(
+                pool,
+                job,
+                since=stream.last_at,
+                on_output=stream.output,
+                on_progress=stream.progress,
+                on_notice=stream.notice,
+                cancelled=lambda: self._taken_over_cancels.get(job.id),
+            )
+            status, failure = result.status.value, result.failure
+            save_result(result)
+        except BaseException as e:
+            failure = f"the agent could not follow the job: {type(e).__name__}: {e}"
+            log.exception("taken-over job %s", job.id)
+            with contextlib.suppress(Exception):
+                pool.registry.finish_job(job.id, "failed", job.restarts, [], failure, {"taken_over": True})
+        finally:
+            stream.end(status, failure)
 
     def _touch(self) -> None:
         self._busy_at = time.monotonic()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +45,26 @@ class StreamWriter:
         self._written = 0
         self._limit = limit if limit is not None else get_config().job_log_bytes
         self._cut = False
+        self.last_at = 0.0  # the time of the last line written before this writer (see resume)
+
+    @classmethod
+    def resume(cls, job_id: str) -> StreamWriter:
+        """The writer of a stream another agent began (it died): numbering goes on from its last line,
+        whose time is :attr:`last_at`."""
+        path = stream_path(job_id)
+        try:  # a line the dead writer left half-written goes: the stream stays whole lines
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                os.truncate(path, data.rfind(b"\n") + 1)
+        except FileNotFoundError:
+            pass
+        writer = cls(job_id)
+        for event in read_events(job_id, limit=sys.maxsize):
+            writer._seq = int(event["seq"]) + 1
+            writer.last_at = float(event["at"])
+            if event.get("kind") == "out":
+                writer._written += len(json.dumps(event)) + 1
+        return writer
 
     def output(self, rank: int, stream: str, text: str) -> None:
         self._put({"rank": rank, "kind": "out", "stream": stream, "text": text}, bounded=True)

@@ -263,6 +263,7 @@ class JobAgent:
             cuda_visible=dict(group.cuda_visible),
             env=dict(request.env),
             pool=self.pool.name,
+            keep_outcome=request.submitted_by is not None,  # detached: a new agent may have to collect it
         )
         blob = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)  # plain data; names are cloudpickled inside
         chosen = set(request.ranks) if request.ranks is not None else None

@@ -52,6 +52,7 @@ class RankJob:
     cuda_visible: dict[str, str | None] = field(default_factory=dict)  # by worker address (GPU pools)
     env: dict[str, str] = field(default_factory=dict)  # the job's own variables, set in every rank
     pool: str = ""  # the pool's name (its compile cache is named after it)
+    keep_outcome: bool = False  # a detached job: each rank keeps its outcome until it is taken (jobs/readopt.py)
 
 
 @dataclass

@@ -158,6 +158,9 @@ class PoolQueue:
         submitter = this_submitter()
         if submitted_by is not None:
             submitter = dataclasses.replace(submitter, label=f"{submitted_by}{DETACHED}")
+            keeper = self.pool.running.keeper_pid
+            if keeper is not None:  # a kept Slurm pool: the job lives while its scheduler's process does
+                submitter = dataclasses.replace(submitter, pid=keeper, started_at=process_started_at(keeper))
         place: QueuePlace = record.queue(submitter)
         told: tuple[str, ...] | None = None
         told_at = 0.0

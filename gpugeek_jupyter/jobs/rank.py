@@ -102,6 +102,9 @@ class _Runtime:
         # the names cells assigned on this rank, kept for the next cells (a REPL per rank) until the
         # process group is rebuilt: what they hold may be bound to the old group (DDP models)
         self.namespace: dict[str, Any] | None = None
+        # a detached job's last outcome here (job id, outcome), kept for a new agent to collect should
+        # the one that launched it have died (jobs/readopt.py); replaced by the next such job
+        self.kept_outcome: tuple[str, RankOutcome] | None = None
 
     def busy(self) -> bool:
         return _running(self.active)
@@ -214,6 +217,8 @@ async def run_rank(job_blob: bytes, dask_worker: Any = None) -> RankOutcome:
             outcome.traceback = "".join(traceback.format_exception(e))
             _drop_group()
         finally:
+            if job.keep_outcome:  # first: a collector never sees the job neither running nor ended
+                _runtime.kept_outcome = (job.job_id, outcome)
             active.finished = True
             if outcome.status != "ok":
                 _report_end(dask_worker, job, outcome)
@@ -256,6 +261,20 @@ def _report_end(worker: Any, job: RankJob, outcome: RankOutcome) -> None:
         )
     except Exception as e:  # the answer still carries it
         log.info("could not report the end of rank %d early: %s", outcome.rank, e)
+
+
+def orphaned_rank(job_id: str, release: bool = False) -> dict[str, Any]:
+    """Where job ``job_id`` is on this worker, for an agent that took it over: ``ended`` with the
+    rank's outcome, ``running`` (its launch and rank), or ``unknown``; ``release`` drops a kept outcome."""
+    kept = _runtime.kept_outcome
+    if kept is not None and kept[0] == job_id:
+        if release:
+            _runtime.kept_outcome = None
+        return {"state": "ended", "outcome": kept[1]}
+    active = _runtime.active
+    if active is not None and active.job_id == job_id and _running(active):
+        return {"state": "running", "launch": active.launch, "rank": active.rank}
+    return {"state": "unknown"}
 
 
 def cancel_rank(launch: str) -> dict[str, Any]:

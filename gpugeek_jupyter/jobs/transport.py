@@ -270,3 +270,11 @@ def ask_scheduler_workers(
             client.close(timeout=connect_timeout)
         except Exception as e:  # the answers are in; only this client's clean-up is lost
             log.info("pool %s: the client asking %s did not close cleanly: %s", pool_name, _name(function), e)
+
+
+def own_client(scheduler_address: str, security: Any) -> Any:
+    """A dask client of its own to a pool's scheduler (its topic subscriptions are its own: dask has
+    one handler per topic and client), for following a job apart from the pool's job agent."""
+    from distributed import Client
+
+    return Client(scheduler_address, security=security, set_as_default=False, timeout=30)

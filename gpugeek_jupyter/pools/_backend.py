@@ -43,6 +43,7 @@ class RunningCluster:
     job_folder: str | None = None  # slurm: the pool's folder of job scripts and worker credentials
     batch_jobs: Callable[[], dict[str, str]] | None = None  # slurm: worker name -> its batch job id, now
     security: Security | None = field(default=None, repr=False)  # how to reach the scheduler (None: dask's config)
+    keeper_pid: int | None = None  # a kept Slurm pool: the process its scheduler runs in (it outlives this one)
 
     def close(self, timeout: float = 30.0) -> None:
         """Close the client and, when this process owns it, the cluster."""
@@ -51,6 +52,16 @@ class RunningCluster:
         finally:
             if self.cluster is not None and self.owns_workers:
                 self.cluster.close(timeout=timeout)
+
+
+@dataclass(frozen=True)
+class Outliving:
+    """Asks a backend that can (``can_outlive_owner``) to run pool ``pool_id``'s scheduler apart from
+    this process, so the pool outlives it; ``restart_command`` brings an owner back when it dies
+    (the user's agent, which takes such pools back: pools/kept_scheduler.py)."""
+
+    pool_id: int
+    restart_command: tuple[str, ...]
 
 
 class Backend(Protocol):

@@ -28,7 +28,7 @@ from ..polling import poll_until
 from ..pricing import prices_in_force
 from ..spec import PoolSpec
 from ..store import PoolRecord, PoolStatus, Registry, get_registry
-from ._backend import Backend, ProgressCallback, RunningCluster
+from ._backend import Backend, Outliving, ProgressCallback, RunningCluster
 from ._plugin import HOOKS, PoolLifecyclePlugin, implemented_hooks, plugin_name
 from ._pool import Pool
 from .credentials import (
@@ -119,6 +119,9 @@ class PoolManager:
     def __init__(self, registry: Registry | None = None, owner: str | None = None) -> None:
         self.registry = registry or get_registry()
         self.owner = owner or f"pid {os.getpid()}"
+        # set by the user's agent: its pools that can outlive it do (a kept Slurm pool's scheduler
+        # runs in a keeper process), and this command brings an agent back when it dies
+        self.restart_command: tuple[str, ...] | None = None
         self.heartbeat_seconds = get_config().heartbeat_seconds
         # a task's deadline: long enough for a utilization sample's 5 s client.run, and a few periods
         self.housekeeping_timeout = max(HOUSEKEEPING_MIN_TIMEOUT_S, 5 * self.heartbeat_seconds)
@@ -246,6 +249,7 @@ class PoolManager:
                 config.worker_start_timeout,
                 credentials=credentials,
                 dashboard_socket=self._dashboard_socket_for(backend, record),
+                **self._outliving_for(backend, record),
             )
         except BaseException as e:
             reason = str(e) if isinstance(e, GpugeekError) else f"{type(e).__name__}: {e}"
@@ -280,6 +284,27 @@ class PoolManager:
         # one, its pool's cost (which ends at the last heartbeat) still covers the workers it started
         self.registry.heartbeat([record.id])
         log.info("pool %s ready: %s", spec.name, running.dashboard_link)
+        return pool
+
+    def _outliving_for(self, backend: Backend, record: PoolRecord) -> dict[str, Outliving]:
+        """``outliving=`` for a backend whose pools can outlive this process, when this process is
+        one whose pools should (the agent's); else no argument."""
+        if self.restart_command is None or not getattr(backend, "can_outlive_owner", False):
+            return {}
+        return {"outliving": Outliving(record.id, self.restart_command)}
+
+    def adopt(self, record: PoolRecord, running: RunningCluster) -> Pool:
+        """Take back live pool ``record`` that outlived its owner (a kept Slurm pool whose agent
+        died: ``running`` reaches its scheduler and stops it), as if this process had launched it."""
+        self.registry.set_pool_owner(record.id, self.owner)
+        pool = Pool(self.registry.pool_by_id(record.id), running, self, owned=True)
+        with self._lock:
+            self._kept_alive.add(record.id)
+            self._trackers[pool.name] = _WorkerTracker(self.registry, pool)
+            self._pools[pool.name] = pool
+        self._ensure_threads()
+        self._dispatch("ready", pool, pool_name=pool.name)
+        log.info("pool %s taken back from a previous owner", pool.name)
         return pool
 
     def _credentials_for(self, backend: Backend, record: PoolRecord) -> PoolCredentials | None:

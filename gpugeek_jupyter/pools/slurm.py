@@ -57,14 +57,14 @@ from ..dashboards import pool_dashboard_path
 from ..errors import BackendUnavailableError, Field, GpugeekError, Phrase, PoolStartError, Setting, SpecError, Value
 from ..logs import LOG_LEVEL_VARIABLE
 from ..store import make_private_directory, write_private_file
-from ._backend import ProgressCallback, RunningCluster
+from ._backend import Outliving, ProgressCallback, RunningCluster
 from ._plugin import PoolLifecyclePlugin
 from .local import WORKER_PRELOAD
+from .slurm_jobs import EVENT_ENDED, EVENT_JOB, slurm_job_ids
 from .worker_origin import use_forkserver
 
 if TYPE_CHECKING:
     from ..spec import PoolSpec
-    from ..store import Registry
     from ._manager import PoolManager
     from ._pool import Pool
     from .credentials import PoolCredentials
@@ -88,8 +88,6 @@ POLL_SECONDS = 2.0  # squeue while a pool starts
 WATCH_PERIOD_S = 5.0  # squeue while a pool lives
 COMPLETING_GRACE_S = 30.0  # a job ending (COMPLETING) is reported with its final state, or as it is after this
 KEEP_LOGS_DAYS = 7  # pool folders (the workers' logs) of ended pools are removed after this
-EVENT_JOB = "slurm-job"
-EVENT_ENDED = "worker-ended"
 # states a job is still the pool's in; any other (CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, ...) has ended
 LIVE_STATES = frozenset(("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "RESIZING", "REQUEUED", "SIGNALING"))
 # pending reasons that waiting does not clear: the launch fails at once, naming them
@@ -617,7 +615,8 @@ class SlurmBackend:
 
     name = "slurm"
     uses_pool_credentials = True
-    serves_private_dashboard = True  # the scheduler runs in the launching process
+    serves_private_dashboard = True  # the scheduler runs in the launching process (or its keeper)
+    can_outlive_owner = True  # with ``outliving``, the scheduler runs in a keeper process (kept pools)
 
     def preflight(self, spec: PoolSpec) -> None:
         """Fail before anything is registered: dask-jobqueue and Slurm's commands must be here, and
@@ -644,9 +643,11 @@ class SlurmBackend:
         start_timeout: float,
         credentials: PoolCredentials | None = None,
         dashboard_socket: Path | None = None,
+        outliving: Outliving | None = None,
     ) -> RunningCluster:
         from distributed import Client
 
+        from .kept_scheduler import KeptScheduler
         from .private_http import PrivateHttpScheduler
 
         config = get_config()
@@ -674,6 +675,11 @@ class SlurmBackend:
             scheduler_options["port"] = _free_port_in(ports, host)
         if host:
             scheduler_options["host"] = host
+        scheduler_cls: type = PrivateHttpScheduler
+        if outliving is not None:  # a kept pool: its scheduler in a process of its own, which outlives the agent
+            scheduler_cls = KeptScheduler
+            scheduler_options["pool_id"] = outliving.pool_id
+            scheduler_options["restart_command"] = list(outliving.restart_command)
         try:
             cluster = _cluster_class()(
                 name=spec.name,
@@ -681,7 +687,7 @@ class SlurmBackend:
                 security=security,
                 worker_security=worker_security,
                 pool_folder=folder,
-                scheduler_cls=PrivateHttpScheduler,
+                scheduler_cls=scheduler_cls,
                 scheduler_options=scheduler_options,
                 **job_script_options(spec, str(folder / "logs")),
             )
@@ -707,6 +713,7 @@ class SlurmBackend:
             job_folder=str(folder),
             batch_jobs=cluster.job_ids,
             security=security,
+            keeper_pid=getattr(cluster.scheduler, "pid", None),
         )
 
 
@@ -826,29 +833,6 @@ def _fix_for(states: dict[str, JobState], cluster: Any) -> Any:
 
 
 # -- a live pool's jobs -------------------------------------------------------------------------------
-_JOB_EVENT = re.compile(r"^Slurm job (\d+) for worker '([^']*)'")
-
-
-_ENDED_EVENT = re.compile(r"^worker '[^']*' is gone: its Slurm job (\d+) ended")
-
-
-def slurm_job_ids(registry: Registry, pool_id: int, start: float | None = None, end: float | None = None) -> list[str]:
-    """The Slurm job ids pool ``pool_id`` had, in submission order (from its ``slurm-job`` events),
-    for cost reports: ``sacct -j <ids>`` gives what the site charged. With ``start``/``end`` (a
-    job's time on the pool), only those that ran then: recorded by ``end``, not ended before ``start``."""
-    ids: list[str] = []
-    ended_before: set[str] = set()
-    for event in registry.events(pool_id):
-        message, at = str(event.get("message", "")), float(event.get("at") or 0.0)
-        if event.get("kind") == EVENT_JOB and (match := _JOB_EVENT.match(message)):
-            if (end is None or at <= end) and match.group(1) not in ids:
-                ids.append(match.group(1))
-        elif event.get("kind") == EVENT_ENDED and (match := _ENDED_EVENT.match(message)):
-            if start is not None and at < start:
-                ended_before.add(match.group(1))
-    return [i for i in ids if i not in ended_before]
-
-
 @dataclass
 class _Watched:
     recorded: set[str] = field(default_factory=set)  # job ids noted as events

@@ -159,6 +159,20 @@ class PoolQueries(Database):
             db.execute("UPDATE pools SET stop_requested = 1 WHERE id = ?", (record.id,))
         return self.pool_by_id(record.id)
 
+    def set_pool_owner_process(self, pool_id: int, pid: int, started_at: float) -> None:
+        """The process whose life is the pool's lease from now on (a kept Slurm pool's scheduler
+        process: the pool outlives the agent that owns it); on this host."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE pools SET owner_pid = ?, owner_started_at = ?, owner_host = ? WHERE id = ?",
+                (pid, started_at, socket.gethostname(), pool_id),
+            )
+
+    def set_pool_owner(self, pool_id: int, owner: str) -> None:
+        """Who owns the pool now, as people read it (a new agent that took the pool back)."""
+        with self._write() as db:
+            db.execute("UPDATE pools SET owner = ? WHERE id = ?", (owner, pool_id))
+
     def add_event(self, pool_id: int, kind: str, message: str) -> None:
         """Record that something happened to a pool (budget warnings, stops, failures)."""
         with self._write() as db:
