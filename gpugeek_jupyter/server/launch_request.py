@@ -21,6 +21,7 @@ import unicodedata
 from typing import Any
 
 from ..errors import Phrase, SpecError, Surface, phrased_for
+from ..spec import LAUNCH_FIELDS as SPEC_LAUNCH_FIELDS
 from ..spec import PoolSpec
 
 _STRING = "a string"
@@ -29,30 +30,12 @@ _LIST = "a list"
 _OBJECT = "an object"
 _BOOLEAN = "a boolean"
 
-# field -> (what JSON type it takes, whether null is allowed, a valid example)
+_JSON_KINDS = {"string": _STRING, "number": _NUMBER, "integer": _NUMBER, "array": _LIST, "boolean": _BOOLEAN}
+
+# field -> (what JSON type it takes, whether null is allowed, a valid example), from the one
+# declaration of the launch fields (an integer is "a number" here: PoolSpec.create names 2.5)
 LAUNCH_FIELDS: dict[str, tuple[str, bool, Any]] = {
-    "gpu_type": (_STRING, False, "A100-80GB"),
-    "count": (_NUMBER, False, 4),
-    "backend": (_STRING, False, "local"),
-    "spot_fraction": (_NUMBER, False, 0.7),
-    "budget": (_NUMBER, True, 200),
-    "idle_timeout": (_NUMBER, True, 20),
-    "name": (_STRING, True, "dev"),
-    "interconnect": (_STRING, True, "NVLink"),
-    "framework": (_STRING, True, "PyTorch 2.13"),
-    "price": (_NUMBER, True, 2.1),
-    "address": (_STRING, True, "tcp://127.0.0.1:8786"),
-    "namespace": (_STRING, True, "team-risk"),
-    "image": (_STRING, True, "pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime"),
-    "base_pricing": (_STRING, True, "reserved"),
-    "partition": (_STRING, True, "gpu"),
-    "account": (_STRING, True, "proj42"),
-    "qos": (_STRING, True, "normal"),
-    "walltime": (_STRING, True, "04:00:00"),
-    "constraint": (_STRING, True, "a100"),
-    "sbatch_directives": (_LIST, True, ["--exclusive"]),
-    "prologue": (_STRING, True, "module load cuda/12.4"),
-    "keep": (_BOOLEAN, True, True),  # the user's agent owns the pool (not a PoolSpec field: who owns it)
+    f.name: (_JSON_KINDS[f.json_type], f.nullable, f.example) for f in SPEC_LAUNCH_FIELDS
 }
 
 _MULTILINE = {"prologue"}  # shell lines: newlines and tabs are its text, other control characters are not

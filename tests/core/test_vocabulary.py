@@ -33,6 +33,7 @@ from gpugeek_jupyter.magics import _MAGIC_CLASSES
 from gpugeek_jupyter.magics._common import FLAGS, POOL_POSITIONAL
 from gpugeek_jupyter.schedules import list_schedules
 from gpugeek_jupyter.server.launch_request import LAUNCH_FIELDS
+from gpugeek_jupyter.spec import LAUNCH_FIELDS as SPEC_LAUNCH_FIELDS
 from gpugeek_jupyter.spec import PoolSpec
 
 MAGIC, PYTHON, REST = "magic", "python", "rest"
@@ -350,6 +351,34 @@ def test_error_messages_name_flags_that_exist() -> None:
 
 def test_the_launch_request_checks_the_fields_the_rest_description_lists() -> None:
     assert set(LAUNCH_FIELDS) == rest_names("POST", "/gpugeek/pools")
+
+
+def _openapi_types(description: dict[str, Any]) -> tuple[set[str], bool, set[Any]]:
+    """(JSON types, null allowed, enum values) of one property of the REST description."""
+    enum = set(description.get("enum", ()))
+    declared = description.get("type")
+    types = {declared} if isinstance(declared, str) else set(declared or ())
+    if enum and not types:  # an enum without a type: its values' types
+        types = {"string" if isinstance(v, str) else "null" for v in enum}
+    nullable = "null" in types or None in enum
+    return types - {"null"}, nullable, enum - {None}
+
+
+def test_the_launch_fields_are_declared_once_and_every_surface_agrees_with_the_declaration() -> None:
+    """spec.LAUNCH_FIELDS: the REST checks are made from it; PoolSpec, the magic and openapi.json say the same."""
+    declared = {f.name: f for f in SPEC_LAUNCH_FIELDS}
+    keywords = set(inspect.signature(PoolSpec.create).parameters) - {"cls", "price_file"}  # price_file: Python only
+    assert {n for n, f in declared.items() if f.spec_field} == keywords
+    assert keywords <= set(PoolSpec.__dataclass_fields__)
+    options = {o.dest: o for o in magic_options("gpugeek_launch") if not o.hidden}
+    schema = openapi()["components"]["schemas"]["LaunchRequest"]["properties"]
+    assert list(schema) == list(declared)
+    for name, field in declared.items():
+        assert options[name].flags == (field.flag,), name
+        types, nullable, enum = _openapi_types(schema[name])
+        assert (types, nullable) == ({field.json_type}, field.nullable), name
+        assert enum == set(field.choices), name
+        assert LAUNCH_FIELDS[name][1:] == (field.nullable, field.example), name
 
 
 def test_launch_defaults_agree_between_the_magic_the_python_api_and_rest() -> None:
