@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 AGENT_OWNER = "gpugeek agent"
 STOPPING = "the gpugeek agent is stopping; try again in a moment (a new one starts)"
+ATTACH_AGAIN_WITHIN_S = 24 * 3600.0  # a kept attached pool whose agent was killed is attached again this long after
 ROW_WAIT_S = 10.0  # a submitted job's registry row is written within this (its queue entry)
 
 
@@ -175,6 +176,38 @@ class AgentService:
             for job in pool.registry.open_jobs(pool.id):
                 if job.status.value == "running":
                     self._follow(pool, job)
+        return names + self._attach_again()
+
+    def _attach_again(self) -> list[str]:
+        """Kept pools attached by address (``--backend address``) whose agent was killed: their
+        scheduler is not the agent's, so they are attached again under their name (a new record;
+        what ran on them then failed with the old agent). Only pools lost so within
+        :data:`ATTACH_AGAIN_WITHIN_S`, and only the newest of each name (a name used since is left)."""
+        from ..store import OWNER_EXITED
+
+        registry = self.manager.registry
+        registry.mark_lost_pools(get_config().lost_after_seconds)
+        names = []
+        for record in registry.recent_pools(ended_since=time.time() - ATTACH_AGAIN_WITHIN_S):
+            if (
+                record.backend != "address"
+                or record.status.value != "lost"
+                or record.reason != OWNER_EXITED
+                or not record.owner.startswith(AGENT_OWNER)
+                or registry.latest_pool(record.name).id != record.id
+            ):
+                continue
+            try:
+                pool = self.manager.launch(PoolSpec.from_dict(record.spec))
+            except Exception as e:  # the scheduler is gone too: nothing to attach to
+                log.info("kept pool %s not attached again: %s", record.name, e)
+                continue
+            registry.add_event(
+                pool.id,
+                "attached-again",
+                f"attached again by a new gpugeek agent (its agent died with pool {record.id})",
+            )
+            names.append(pool.name)
         return names
 
     def _follow(self, pool: Any, job: Any) -> None:

@@ -25,7 +25,7 @@ directories, for the registry and whatever lives beside it).
 from __future__ import annotations
 
 from ._migrations import MIGRATIONS, SCHEMA_VERSION, Migration
-from ._pools import KEEP
+from ._pools import KEEP, OWNER_EXITED
 from ._private import (
     check_private_directory,
     check_private_file,
@@ -55,6 +55,7 @@ RECENT_WINDOW_SECONDS = 24 * 3600.0  # "recent" pools: ended in the last day (th
 
 __all__ = [
     "KEEP",
+    "OWNER_EXITED",
     "LIVE_STATUSES",
     "MIGRATIONS",
     "RECENT_WINDOW_SECONDS",

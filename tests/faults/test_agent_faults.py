@@ -3,6 +3,7 @@ two processes starting it at once. Real processes throughout."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -92,3 +93,66 @@ def test_two_processes_starting_the_agent_at_once_get_the_same_one(
         starter.join(timeout=30)
     assert len(pids) == 1, f"two agents started: {pids}"
     assert _agent_pid() in pids
+
+
+@pytest.fixture
+def outside_scheduler(tmp_path: Path) -> Iterator[str]:
+    """A dask scheduler and one worker that are no pool's: real processes, stopped by pid."""
+    import json
+    import subprocess
+    import sys
+
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+         "--no-dashboard", "--scheduler-file", str(scheduler_file)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    worker = None
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads(scheduler_file.read_text())["address"]
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1", "--no-dashboard"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        yield address
+    finally:
+        for process in (worker, scheduler):
+            if process is not None:
+                process.terminate()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
+def test_a_kept_pool_attached_by_address_is_attached_again_by_the_next_agent_when_its_agent_is_killed(
+    agent_settings: None, outside_scheduler: str
+) -> None:
+    import gpugeek_jupyter
+    from gpugeek_jupyter.detached.connection import connect
+    from gpugeek_jupyter.store import get_registry
+
+    pool = gpugeek_jupyter.launch(backend="address", address=outside_scheduler, count=1, name="outside", keep=True)
+    first = _agent_pid()
+    os.kill(first, signal.SIGKILL)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(first).wait(timeout=10)
+
+    second = int(connect().ping()["pid"])  # a new agent, started by this call
+    record = get_registry().live_pool("outside")
+    events = [e["message"] for e in get_registry().events(record.id)]
+    old = get_registry().pool_by_id(pool.id)
+    get_registry().request_stop("outside")
+    deadline = time.monotonic() + 60
+    while get_registry().pool_by_id(record.id).status.is_live and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+    assert second != first and record.id != pool.id
+    assert record.owner == f"gpugeek agent (pid {second})" and record.scheduler_address == outside_scheduler
+    assert (old.status.value, old.reason) == ("lost", "its owner process exited without stopping it")
+    assert events[-1] == f"attached again by a new gpugeek agent (its agent died with pool {pool.id})", events
+    assert get_registry().pool_by_id(record.id).status.value == "stopped"
