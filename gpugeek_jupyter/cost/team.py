@@ -391,17 +391,24 @@ def _registry_usage(registry: Registry, spec_of: Any) -> tuple[int, int]:
 
 def usage_of(user: str, registry: Registry, ledger: TeamLedger | None) -> Usage:
     """What ``user`` holds and spent, from the ledger when there is one, else from this registry."""
+    from ..spec import PoolSpec
+
     now = time.time()
     if ledger is None:
-        from ..spec import PoolSpec
-
         gpus, workers = _registry_usage(registry, lambda r: PoolSpec.from_dict(r.spec))
         return Usage(gpus=gpus, workers=workers)
     ledger.close_lost(user, registry)
     open_rows = ledger.open_pools(user)
+    recorded = {str(r.pool_key) for r in open_rows}
+    # pools of this registry still starting have no row yet (it is written when they are ready)
+    starting = [
+        PoolSpec.from_dict(r.spec)
+        for r in registry.list_pools(live_only=True)
+        if pool_key(registry, r.id) not in recorded
+    ]
     return Usage(
-        gpus=sum(int(r.gpus) for r in open_rows),
-        workers=sum(int(r.workers) for r in open_rows),
+        gpus=sum(int(r.gpus) for r in open_rows) + sum(_gpus_of(spec) for spec in starting),
+        workers=sum(int(r.workers) for r in open_rows) + sum(int(spec.count) for spec in starting),
         user_usd_today=ledger.spend(start_of_day(now), now, user=user),
         team_usd_month=ledger.spend(start_of_month(now), now),
     )

@@ -190,8 +190,8 @@ def test_a_killed_owners_open_row_is_closed_at_the_users_next_check(
     from gpugeek_jupyter.store import PoolStatus, get_registry
 
     registry = get_registry()
-    record = registry.add_pool("gone", "local", {"gpu_type": "cpu", "count": 2}, {}, owner="pid 1")
     spec = PoolSpec.create(gpu_type="cpu", count=2, name="gone")
+    record = registry.add_pool("gone", "local", spec.to_dict(), {}, owner="pid 1")
     ledger.record_start(pool_key(registry, record.id), "ada", record, spec, usd_per_hour=1.0)
     assert usage_of("ada", registry, ledger).workers == 2
     registry.set_pool_status(record.id, PoolStatus.LOST, reason="its owner exited")
@@ -202,3 +202,14 @@ def test_a_killed_owners_open_row_is_closed_at_the_users_next_check(
 def test_sqlite_serves_as_a_team_ledger_for_a_try_out(tmp_path: Any) -> None:
     ledger = TeamLedger(f"sqlite:///{tmp_path / 'team.sqlite'}")
     assert ledger.open_pools("ada") == [] and ledger.spend(0.0) == 0.0
+
+
+def test_a_pool_still_starting_counts_against_the_quota_before_its_ledger_row_exists(tmp_path: Any) -> None:
+    from gpugeek_jupyter.cost.team import usage_of
+    from gpugeek_jupyter.store import get_registry
+
+    ledger = TeamLedger(f"sqlite:///{tmp_path / 'team.sqlite'}")
+    registry = get_registry()
+    spec = PoolSpec.create(gpu_type="cpu", count=2, name="starting")
+    registry.add_pool("starting", "local", spec.to_dict(), {}, owner="pid 1")
+    assert usage_of("ada", registry, ledger).workers == 2  # written to the ledger only once it is ready

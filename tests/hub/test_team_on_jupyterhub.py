@@ -1,0 +1,331 @@
+"""A team on a real JupyterHub: two OS users made by this test, the hub's LocalProcessSpawner, the
+single-user servers in an environment built from the system's Python (every user can execute it)
+with this checkout on its path, and the team ledger on a real PostgreSQL.
+
+Each user launches through their own server's REST API, as the side panel does, with a token of the
+hub's: each sees only their own pools; a launch past the worker quota and one past the team budget
+are refused with the limit named; the ledger holds both users' pools under their hub names; stopping
+a user's server stops their pool, closes its ledger row and removes their temporary folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.postgres import postgres_server, postgres_unavailable
+from support.processes import kill, wait_until_gone
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+SYSTEM_PYTHON = "/usr/bin/python3"
+USERS = ("gpugeek-hub-a", "gpugeek-hub-b")
+HUB_PACKAGES = [
+    "jupyterhub>=6,<7",
+    "jupyter_server>=2.4,<3",
+    "jupyterlab>=4,<5",
+    "jupyter-server-proxy>=4.1",
+    "dask",
+    "distributed",
+    "cloudpickle",
+    "tqdm",
+    "traitlets",
+    "psutil",
+    "nvidia-ml-py",
+    "ipython",
+    "ipywidgets",
+    "bokeh",
+    "jupyter_bokeh",
+    "cryptography",
+    "ipykernel",
+    "pandas",
+    "numpy",
+    "fsspec",
+    "cronsim",
+    "SQLAlchemy>=2",
+    "psycopg[binary]>=3.1",
+]
+ENVIRONMENT = Path(tempfile.gettempdir()) / "gpugeek-hub-environment"  # kept between runs: ~1 min to make
+
+
+def _unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root, to make OS users and run JupyterHub's LocalProcessSpawner"
+    if not Path(SYSTEM_PYTHON).exists() or shutil.which("useradd") is None or shutil.which("npm") is None:
+        return f"needs {SYSTEM_PYTHON}, useradd and npm"
+    if any(os.stat(p).st_mode & 0o005 != 0o005 for p in [REPO, *REPO.parents] if p != Path("/")):
+        return f"{REPO} is not readable by other users"
+    return postgres_unavailable()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def environment() -> Path:
+    """A venv of the system's Python with JupyterHub, the package's dependencies (not torch: no job
+    runs here) and this checkout on its path; configurable-http-proxy beside it."""
+    why = _unavailable()
+    if why:
+        pytest.skip(why)
+    venv = ENVIRONMENT / "venv"
+    ready = ENVIRONMENT / "ready"
+    if not ready.exists():
+        shutil.rmtree(ENVIRONMENT, ignore_errors=True)
+        ENVIRONMENT.mkdir(mode=0o755)
+        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True, timeout=120)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *HUB_PACKAGES], check=True, timeout=600)
+        subprocess.run(
+            ["npm", "install", "-g", "--prefix", str(ENVIRONMENT / "proxy"), "configurable-http-proxy"],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        ready.write_text("ok")
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "gpugeek_checkout.pth").write_text(f"{REPO}\n")
+    enable = venv / "etc" / "jupyter" / "jupyter_server_config.d"
+    enable.mkdir(parents=True, exist_ok=True)
+    (enable / "gpugeek_jupyter.json").write_text(
+        json.dumps({"ServerApp": {"jpserver_extensions": {"gpugeek_jupyter": True}}})
+    )
+    for path in [ENVIRONMENT, *ENVIRONMENT.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | 0o005 | (0o050 if path.is_dir() else 0o040))
+    return venv
+
+
+@pytest.fixture(scope="module")
+def users() -> Iterator[dict[str, int]]:
+    """Two OS users with homes, removed (with everything they ran) afterwards."""
+    made: dict[str, int] = {}
+    try:
+        for name in USERS:
+            subprocess.run(["userdel", "-r", name], capture_output=True)
+            subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True, capture_output=True)
+            made[name] = pwd.getpwnam(name).pw_uid
+        yield made
+    finally:
+        for name in made:
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)  # only this user's processes
+            time.sleep(0.5)
+            subprocess.run(["userdel", "-r", name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def ledger_url() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+class Hub:
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        self.token = token
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else (b"" if method in ("POST", "PUT") else None)
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                text = response.read()
+                return response.status, json.loads(text) if text else None
+        except urllib.error.HTTPError as e:
+            text = e.read()
+            try:
+                return e.code, json.loads(text)
+            except ValueError:
+                return e.code, text.decode(errors="replace")
+
+    def start_server(self, user: str) -> None:
+        status, body = self.call("POST", f"/hub/api/users/{user}/server")
+        assert status in (201, 202), (status, body)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            status, body = self.call("GET", f"/hub/api/users/{user}")
+            server = (body or {}).get("servers", {}).get("", {})
+            if server.get("ready"):
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"{user}'s server did not become ready: {body}")
+
+    def stop_server(self, user: str) -> None:
+        status, body = self.call("DELETE", f"/hub/api/users/{user}/server")
+        assert status in (202, 204), (status, body)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            status, body = self.call("GET", f"/hub/api/users/{user}")
+            if not (body or {}).get("servers"):
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"{user}'s server did not stop: {body}")
+
+
+@pytest.fixture(scope="module")
+def hub(environment: Path, users: dict[str, int], ledger_url: str) -> Iterator[Hub]:
+    """JupyterHub on loopback with the two users allowed, a service token that may start their servers
+    and reach them, and the team's settings (quotas, ledger) in a config directory every user reads."""
+    work = Path(tempfile.mkdtemp(prefix="gpugeek-hub-"))
+    work.chmod(0o755)
+    settings = work / "settings"
+    settings.mkdir(mode=0o755)
+    (settings / "jupyter_gpugeek_config.json").write_text(
+        json.dumps({"GpugeekConfig": {"quota_max_workers": 2, "team_budget_usd_per_month": 1000.0}})
+    )
+    (settings / "jupyter_gpugeek_config.json").chmod(0o644)
+    token = secrets.token_hex(16)
+    port, hub_port, proxy_api = _free_port(), _free_port(), _free_port()
+    config = work / "jupyterhub_config.py"
+    config.write_text(
+        f"""
+c.JupyterHub.bind_url = "http://127.0.0.1:{port}"
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api}"
+c.ConfigurableHTTPProxy.command = [{str(environment.parent / "proxy" / "bin" / "configurable-http-proxy")!r}]
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allowed_users = {set(USERS)!r}
+c.JupyterHub.services = [{{"name": "gpugeek-test", "api_token": {token!r}}}]
+c.JupyterHub.load_roles = [{{"name": "gpugeek-test", "services": ["gpugeek-test"],
+    "scopes": ["admin:users", "admin:servers", "access:servers", "list:users", "read:users"]}}]
+c.Spawner.cmd = [{str(environment / "bin" / "jupyterhub-singleuser")!r}]
+c.Spawner.start_timeout = 180
+c.Spawner.http_timeout = 180
+c.Spawner.environment = {{
+    "GPUGEEK_TEAM_LEDGER": {ledger_url!r},
+    "GPUGEEK_PRELOAD_TORCH": "0",
+    "JUPYTER_CONFIG_PATH": {str(settings)!r},
+    "PYTHONDONTWRITEBYTECODE": "1",
+}}
+c.JupyterHub.cleanup_servers = True
+"""
+    )
+    log = open(work / "hub.log", "wb")
+    process = subprocess.Popen(
+        [str(environment / "bin" / "jupyterhub"), "-f", str(config)],
+        cwd=work,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PATH": f"{environment / 'bin'}:{os.environ['PATH']}"},
+    )
+    hub = Hub(f"http://127.0.0.1:{port}", token)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise AssertionError((work / "hub.log").read_text()[-3000:])
+            try:
+                if hub.call("GET", "/hub/api/")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        for user in USERS:
+            hub.start_server(user)
+        yield hub
+    finally:
+        for user in USERS:
+            try:
+                hub.call("DELETE", f"/hub/api/users/{user}/server")
+            except OSError:
+                pass
+        process.terminate()
+        if wait_until_gone([process.pid], 30):
+            kill([process.pid])
+        log.close()
+        if os.environ.get("GPUGEEK_KEEP_HUB_LOG"):
+            sys.stderr.write((work / "hub.log").read_text()[-5000:])
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _pools(hub: Hub, user: str) -> list[str]:
+    status, body = hub.call("GET", f"/user/{user}/gpugeek/pools")
+    assert status == 200, (status, body)
+    return sorted(p["name"] for p in body["pools"] if p["status"] in ("starting", "ready"))
+
+
+def _wait_until_ready(hub: Hub, user: str, name: str) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        status, body = hub.call("GET", f"/user/{user}/gpugeek/pools")
+        states = {p["name"]: p["status"] for p in body["pools"]}
+        if states.get(name) == "ready":
+            return
+        assert states.get(name) == "starting", (name, states)
+        time.sleep(0.5)
+    raise AssertionError(f"{user}'s pool {name} did not become ready")
+
+
+def test_two_users_quotas_team_budget_and_ledger_on_a_real_jupyterhub(
+    hub: Hub, users: dict[str, int], ledger_url: str
+) -> None:
+    alice, bob = USERS
+    launch = {"gpu_type": "cpu", "count": 1, "backend": "local"}
+    status, body = hub.call("POST", f"/user/{alice}/gpugeek/pools", {**launch, "name": "alice-1"})
+    assert status == 201, (status, body)
+    status, body = hub.call("POST", f"/user/{alice}/gpugeek/pools", {**launch, "count": 2, "name": "alice-2"})
+    assert status == 403, (status, body)
+    assert body["message"] == (
+        f'"count": 2 would give "{alice}" 3 workers at once, past the quota of 2 '
+        "(GpugeekConfig.quota_max_workers; 1 held now); stop one of your pools or ask your admin"
+    )
+    status, body = hub.call("POST", f"/user/{bob}/gpugeek/pools", {**launch, "name": "bob-1"})
+    assert status == 201, (status, body)
+    _wait_until_ready(hub, alice, "alice-1")
+    _wait_until_ready(hub, bob, "bob-1")
+    assert _pools(hub, alice) == ["alice-1"] and _pools(hub, bob) == ["bob-1"]  # each sees their own only
+
+    from gpugeek_jupyter.cost.team import POOLS, TeamLedger
+
+    ledger = TeamLedger(ledger_url)
+    assert {(r.user_name, r.pool_name) for r in ledger.open_pools(alice) + ledger.open_pools(bob)} == {
+        (alice, "alice-1"),
+        (bob, "bob-1"),
+    }
+    from sqlalchemy import insert
+
+    now = time.time()
+    with ledger.engine.begin() as db:  # someone else of the team spent the budget this month
+        db.execute(
+            insert(POOLS).values(
+                pool_key="elsewhere:1", user_name="carol", host="elsewhere", pool_name="big", backend="slurm",
+                gpu_type="H100-80GB", gpus=8, workers=8, usd_per_hour=10_000_000.0, started_at=now - 1, ended_at=now,
+            )
+        )  # fmt: skip
+    status, body = hub.call("POST", f"/user/{bob}/gpugeek/pools", {**launch, "name": "bob-2"})
+    assert status == 403 and "(GpugeekConfig.team_budget_usd_per_month)" in body["message"], (status, body)
+    assert body["message"].startswith("the team has spent $")
+
+    scratch = Path(tempfile.gettempdir()) / f"gpugeek-jobs-{users[alice]}"
+    assert scratch.is_dir()
+    hub.stop_server(alice)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (ledger.open_pools(alice) or scratch.exists()):
+        time.sleep(0.5)
+    assert ledger.open_pools(alice) == []  # her server's stop stopped her pool and closed its row
+    assert not scratch.exists()  # and her temporary folders went with it
+    assert [r.pool_name for r in ledger.open_pools(bob)] == ["bob-1"]
+    ledger.engine.dispose()
