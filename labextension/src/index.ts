@@ -12,6 +12,7 @@ import {
 } from '@jupyterlab/application';
 import { ICommandPalette, Notification } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { historyIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { GpugeekApi } from './api';
@@ -20,6 +21,7 @@ import { gpuIcon } from './icons';
 import { insertPoolMagic, notebookOf, poolMagic } from './notebook';
 import { DEFAULT_REFRESH_PERIOD_SECONDS, GpugeekPanel, PANEL_ID } from './panel';
 import { makeServerRequest } from './request';
+import { SCHEDULES_PANEL_ID, SchedulesPanel } from './schedulesPanel';
 
 const PLUGIN_ID = 'gpugeek-jupyter:plugin';
 const PALETTE_CATEGORY = 'GPU pools';
@@ -44,6 +46,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     panel.title.caption = 'GPU pools';
     app.shell.add(panel, 'left', { rank: 750 });
     restorer?.add(panel, PANEL_ID);
+
+    const schedules = new SchedulesPanel(makeServerRequest());
+    schedules.title.icon = historyIcon;
+    schedules.title.caption = 'Scheduled runs';
+    app.shell.add(schedules, 'left', { rank: 751 });
+    restorer?.add(schedules, SCHEDULES_PANEL_ID);
 
     const lastNotebook = trackLastNotebook(app, labShell);
     addCommands(app, panel, lastNotebook);
