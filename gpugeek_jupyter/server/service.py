@@ -75,6 +75,7 @@ class GpugeekService:
         self.clock = clock
         self._launches: dict[str, Future[None]] = {}
         self._launches_lock = threading.Lock()
+        self._gpus: tuple[str, list[Any]] | None = None
         self._clients: dict[str, Any] = {}  # scheduler address -> dask Client, for other owners' pools
         self._sweep_lock = threading.Lock()
         self._settled: OrderedDict[int, tuple[tuple[PoolRecord, int], PoolCost, TelemetryView]] = OrderedDict()
@@ -403,10 +404,18 @@ class GpugeekService:
 
     # -- catalog ---------------------------------------------------------------------------------
     def catalog(self) -> dict[str, Any]:
-        catalog = load_catalog(self.config.price_file or None).to_dict()
-        gpu_types = [
-            {key: gpu[key] for key in ("name", "memory_gb", "interconnects", "prices")} for gpu in catalog["gpu_types"]
-        ]
+        """GPU types with prices, backends and the launch form's defaults; each GPU type says how many
+        of it this machine has for a local pool (``on_this_machine``, None for cpu: no limit) and
+        ``gpus_here`` what NVML found, so the form marks what a local pool cannot get."""
+        loaded = load_catalog(self.config.price_file or None)
+        catalog = loaded.to_dict()
+        found, usable = self._gpus_here()
+        gpu_types = []
+        for gpu in catalog["gpu_types"]:
+            entry = {key: gpu[key] for key in ("name", "memory_gb", "interconnects", "prices")}
+            kind = loaded.gpu(gpu["name"])
+            entry["on_this_machine"] = None if kind.is_cpu else sum(kind.matches_nvml_name(d.name) for d in usable)
+            gpu_types.append(entry)
         defaults = {
             "gpu_type": "cpu",
             "count": 1,
@@ -425,7 +434,19 @@ class GpugeekService:
             "defaults": defaults,
             "frameworks": list(catalog["frameworks"]),
             "prices_as_of": catalog["prices_as_of"],
+            "gpus_here": found,
         }
+
+    def _gpus_here(self) -> tuple[str, list[Any]]:
+        """What NVML finds on this machine (described) and the GPUs this process may use, asked once
+        (GPUs do not come and go while the server runs)."""
+        if self._gpus is None:
+            from ..devices import select_visible
+            from ..nvml import discover_gpus
+
+            discovery = discover_gpus()
+            self._gpus = (discovery.describe(), list(select_visible(discovery.devices)))
+        return self._gpus
 
     # -- lifetime --------------------------------------------------------------------------------
     def shutdown(self, timeout: float | None = None) -> None:

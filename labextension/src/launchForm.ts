@@ -3,13 +3,18 @@
  * fields and errors and submits.
  */
 
+import { caretDownEmptyIcon } from '@jupyterlab/ui-components';
+
 import { GpugeekApi, GpugeekApiError } from './api';
 import { h } from './dom';
 import { estimateUsdPerHour, formatUsd, formatUsdPerHour } from './format';
 import { DEFAULT_BACKENDS, ICatalog, IPoolModel } from './models';
 import {
   defaultLaunchValues,
+  FIELD_LABELS,
+  gpusOnThisMachine,
   IFieldErrors,
+  inFormWords,
   ILaunchFormValues,
   isLaunchField,
   LAUNCH_FIELDS,
@@ -21,23 +26,6 @@ import {
 } from './validation';
 
 type FieldInput = HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement;
-
-const FIELD_LABELS: Record<LaunchField, string> = {
-  gpu_type: 'GPU type',
-  interconnect: 'Interconnect',
-  count: 'GPUs',
-  backend: 'Backend',
-  spot_fraction: 'Spot fraction (0–1)',
-  budget: 'Budget (USD)',
-  idle_timeout: 'Idle timeout (minutes)',
-  name: 'Name',
-  partition: 'Slurm partition',
-  account: 'Slurm account',
-  qos: 'Slurm QOS',
-  walltime: 'Walltime (HH:MM:SS)',
-  constraint: 'Node constraint',
-  prologue: 'Worker setup (shell lines)'
-};
 
 const SELECT_FIELDS: ReadonlySet<LaunchField> = new Set(['gpu_type', 'interconnect', 'backend']);
 
@@ -74,6 +62,7 @@ export class LaunchForm {
   private readonly _estimate: HTMLElement;
   private readonly _formError: HTMLElement;
   private readonly _status: HTMLElement;
+  private readonly _keep: HTMLInputElement;
   private _catalog: ICatalog | null = null;
   private _poolNames: string[] = [];
 
@@ -86,6 +75,9 @@ export class LaunchForm {
     this._estimate = h('div', { class: 'gpugeek-launch-estimate gpugeek-muted' });
     this._formError = h('div', { class: 'gpugeek-form-error', attrs: { role: 'alert' } });
     this._status = h('div', { class: 'gpugeek-launch-status gpugeek-muted', attrs: { role: 'status' } });
+    this._keep = h('input', {
+      attrs: { type: 'checkbox', name: 'keep', id: 'gpugeek-launch-keep', 'aria-describedby': 'gpugeek-launch-keep-hint' }
+    });
     this.node = h(
       'form',
       {
@@ -98,6 +90,16 @@ export class LaunchForm {
       },
       [
         ...LAUNCH_FIELDS.map(field => this._createField(field)),
+        h('div', { class: 'gpugeek-field gpugeek-keep-field', data: { field: 'keep' } }, [
+          h('label', { class: 'gpugeek-checkbox', attrs: { for: 'gpugeek-launch-keep' } }, [this._keep, 'Keep']),
+          h('div', {
+            class: 'gpugeek-field-hint',
+            text:
+              'Your agent owns the pool: it survives the kernel and this server, and runs detached jobs. ' +
+              'Stop it here or with %gpugeek_stop; it costs until then.',
+            attrs: { id: 'gpugeek-launch-keep-hint' }
+          })
+        ]),
         this._estimate,
         this._formError,
         h('div', { class: 'gpugeek-launch-actions' }, [this._submit]),
@@ -155,7 +157,7 @@ export class LaunchForm {
     wrapper.appendChild(
       h('div', {
         class: 'gpugeek-field-error',
-        text: message,
+        text: inFormWords(message),
         data: { field },
         attrs: { id: errorId, role: 'alert' }
       })
@@ -185,8 +187,9 @@ export class LaunchForm {
     }
     this._submit.disabled = true;
     this._submit.textContent = 'Launching…';
+    const request = this._keep.checked ? { ...parsed.request, keep: true } : parsed.request;
     try {
-      const pool = await this._options.api.launchPool(parsed.request);
+      const pool = await this._options.api.launchPool(request);
       this._status.textContent = `Launched pool ${pool.name} (${pool.status}).`;
       this._touched.delete('name');
       this.setPoolNames([...this._poolNames, pool.name]);
@@ -206,19 +209,26 @@ export class LaunchForm {
       return;
     }
     const message = error instanceof Error ? error.message : String(error);
-    this._formError.textContent = `Launch failed: ${message}`;
+    this._formError.textContent = `Launch failed: ${inFormWords(message)}`;
   }
 
   private _createField(field: LaunchField): HTMLElement {
     const id = `gpugeek-launch-${field}`;
     let input: FieldInput;
+    let control: HTMLElement;
     if (SELECT_FIELDS.has(field)) {
-      input = h('select', { class: 'jp-mod-styled', attrs: { name: field, id } });
+      input = h('select', { attrs: { name: field, id } });
+      // JupyterLab's own select: the wrapper and caret of @jupyterlab/ui-components' HTMLSelect
+      control = h('div', { class: 'jp-HTMLSelect jp-DefaultStyle gpugeek-select' }, [
+        input,
+        caretDownEmptyIcon.element({ tag: 'span', stylesheet: 'select', right: '4px', top: '4px' })
+      ]);
     } else if (field === 'prologue') {
       input = h('textarea', {
         class: 'jp-mod-styled',
         attrs: { name: field, id, rows: '2', spellcheck: 'false', placeholder: PLACEHOLDERS[field]! }
       });
+      control = input;
     } else {
       input = h('input', {
         class: 'jp-mod-styled',
@@ -230,9 +240,12 @@ export class LaunchForm {
       if (PLACEHOLDERS[field]) {
         input.setAttribute('placeholder', PLACEHOLDERS[field]!);
       }
+      control = input;
     }
     const onEdit = (): void => {
       this._touched.add(field);
+      // the server's answer was about the values before this change
+      this._formError.textContent = '';
       this._revalidate(field);
       if (field === 'gpu_type') {
         this._fillInterconnects();
@@ -247,7 +260,7 @@ export class LaunchForm {
     this._inputs.set(field, input);
     const wrapper = h('div', { class: 'gpugeek-field', data: { field } }, [
       h('label', { text: FIELD_LABELS[field], attrs: { for: id } }),
-      input
+      control
     ]);
     this._fields.set(field, wrapper);
     return wrapper;
@@ -276,6 +289,10 @@ export class LaunchForm {
     if (field === 'gpu_type') {
       this.setFieldError('interconnect', validateField('interconnect', values, this._catalog));
     }
+    if (field === 'count' || field === 'backend') {
+      // whether this machine has the GPUs depends on how many, and on a local pool
+      this.setFieldError('gpu_type', validateField('gpu_type', values, this._catalog));
+    }
   }
 
   private _setValues(values: ILaunchFormValues, onlyUntouched = false): void {
@@ -296,7 +313,9 @@ export class LaunchForm {
     const gpuOptions = catalog
       ? catalog.gpu_types.map(gpu => ({
           value: gpu.name,
-          label: `${gpu.name} (${gpu.memory_gb} GB, ${formatUsdPerHour(gpu.prices.on_demand)})`
+          label:
+            `${gpu.name} (${gpu.memory_gb} GB, ${formatUsdPerHour(gpu.prices.on_demand)})` +
+            (gpusOnThisMachine(gpu.name, catalog) === 0 ? ' – none on this machine' : '')
         }))
       : [];
     replaceOptions(this._input('gpu_type') as HTMLSelectElement, gpuOptions, catalog ? null : 'catalog loading…');

@@ -178,6 +178,8 @@ export interface IGpuType {
   interconnects: string[];
   /** USD per GPU-hour. */
   prices: IGpuPrices;
+  /** GPUs of this type this machine has for a local pool; null (cpu): no limit. */
+  on_this_machine?: number | null;
 }
 
 /** `GET /gpugeek/catalog`. */
@@ -185,6 +187,8 @@ export interface ICatalog {
   gpu_types: IGpuType[];
   backends: PoolBackend[];
   defaults: Partial<ILaunchRequest> & Record<string, unknown>;
+  /** What NVML found on the server's machine, e.g. 'no NVIDIA GPU (NVML library not found ...)'. */
+  gpus_here?: string;
 }
 
 /** Body of `POST /gpugeek/pools`. */
@@ -206,6 +210,8 @@ export interface ILaunchRequest {
   walltime?: string;
   constraint?: string;
   prologue?: string;
+  /** The user's agent owns the pool: it outlives the kernel and the Jupyter server. */
+  keep?: boolean;
 }
 
 /** `GET /gpugeek/pools/{name}/metrics`. */

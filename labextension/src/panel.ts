@@ -1,8 +1,9 @@
 /**
- * The "GPU pools" side panel: live pools first, the day's ended pools in a
- * collapsed "Recent" section with older history a "Show more" away, the
- * launch form and jobs; refreshed by one Lumino `Poll` that backs off while
- * the server does not answer.
+ * The "GPU pools" side panel in the order of work: a header that stays put,
+ * live pools, jobs, then the day's ended pools in a collapsed "Recent"
+ * section (older history a "Show more" away) and the launch form, collapsed
+ * below them; refreshed by one Lumino `Poll` that backs off while the server
+ * does not answer, and at once when the registry changes (`ChangeWatcher`).
  */
 
 import { Dialog, Notification, showDialog, showErrorMessage } from '@jupyterlab/apputils';
@@ -75,6 +76,8 @@ export class GpugeekPanel extends Widget {
   private readonly _recentToggle: HTMLButtonElement;
   private readonly _recentSummary: HTMLElement;
   private readonly _recentBody: HTMLElement;
+  private readonly _launchToggle: HTMLButtonElement;
+  private readonly _launchBody: HTMLElement;
   private readonly _olderHeading: HTMLElement;
   private readonly _historyError: HTMLElement;
   private readonly _historyEnd: HTMLElement;
@@ -109,7 +112,7 @@ export class GpugeekPanel extends Widget {
     const jobList = h('div', { class: 'gpugeek-job-list' });
     this._poolsEmpty = h('div', {
       class: 'gpugeek-empty gpugeek-muted',
-      text: 'No live pools. Launch one below, or from a notebook.'
+      text: 'No live pools. Launch one with the form below, or from a notebook.'
     });
     this._recentEmpty = h('div', {
       class: 'gpugeek-empty gpugeek-muted',
@@ -166,8 +169,25 @@ export class GpugeekPanel extends Widget {
       ]
     );
 
+    this._launchToggle = h(
+      'button',
+      {
+        class: 'gpugeek-launch-toggle',
+        title: 'Show or hide the form that launches a pool',
+        attrs: { 'aria-expanded': 'false', 'aria-controls': `${PANEL_ID}-launch` },
+        on: { click: () => this.toggleLaunchForm() }
+      },
+      [h('span', { class: 'gpugeek-caret', attrs: { 'aria-hidden': 'true' } }), 'Launch a pool']
+    );
+    this._launchBody = h(
+      'div',
+      { class: 'gpugeek-launch-body', attrs: { id: `${PANEL_ID}-launch`, hidden: '' } },
+      [this._form.node]
+    );
+
     this.node.appendChild(
       h('div', { class: 'gpugeek-panel-content' }, [
+        // Sticky: the header (and Refresh) stays in view however far the jobs scroll.
         h('header', { class: 'gpugeek-panel-header' }, [
           h('h2', { text: 'GPU pools' }),
           h('button', {
@@ -183,18 +203,19 @@ export class GpugeekPanel extends Widget {
           this._poolsEmpty,
           poolList
         ]),
+        // Then what runs on them: a job's details, failure and Where report stay near the top.
+        h('section', { class: 'gpugeek-section gpugeek-jobs' }, [
+          h('h3', { text: 'Jobs' }),
+          this._jobsEmpty,
+          jobList
+        ]),
         h('section', { class: 'gpugeek-section gpugeek-recent' }, [
           h('h3', {}, [this._recentToggle]),
           this._recentBody
         ]),
         h('section', { class: 'gpugeek-section gpugeek-launch' }, [
-          h('h3', { text: 'Launch a pool' }),
-          this._form.node
-        ]),
-        h('section', { class: 'gpugeek-section gpugeek-jobs' }, [
-          h('h3', { text: 'Jobs' }),
-          this._jobsEmpty,
-          jobList
+          h('h3', {}, [this._launchToggle]),
+          this._launchBody
         ])
       ])
     );
@@ -231,6 +252,13 @@ export class GpugeekPanel extends Widget {
     return this._poll.refresh();
   }
 
+  /** Open or close the launch form (closed at first: pools and jobs come first). */
+  toggleLaunchForm(open?: boolean): void {
+    const opened = open ?? this._launchBody.hidden;
+    this._launchToggle.setAttribute('aria-expanded', String(opened));
+    this._launchBody.hidden = !opened;
+  }
+
   /** Ask for confirmation, then stop the pool. Resolves to whether it was stopped. */
   async stopPool(name: string): Promise<boolean> {
     const result = await showDialog({
@@ -238,7 +266,9 @@ export class GpugeekPanel extends Widget {
       body:
         'Its workers shut down, jobs running on it are cancelled and its cost stops growing. ' +
         'Kernels using it lose their dask client.',
-      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Stop pool' })]
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Stop pool' })],
+      // Enter (or a stray key press) keeps the pool: the destructive choice takes a click.
+      defaultButton: 0
     });
     if (!result.button.accept) {
       return false;

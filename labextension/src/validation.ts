@@ -18,8 +18,11 @@ export const MAX_COUNT = 1024;
 /** A DNS-1123 label, so the name is valid for every backend, Kubernetes included. */
 export const POOL_NAME_PATTERN = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 
-/** The launch form's fields; each is named after its key in the POST body. */
-export type LaunchField = keyof ILaunchRequest;
+/**
+ * The launch form's text fields and selects; each is named after its key in
+ * the POST body (`keep`, a checkbox that says who owns the pool, is apart).
+ */
+export type LaunchField = Exclude<keyof ILaunchRequest, 'keep'>;
 
 export const LAUNCH_FIELDS: readonly LaunchField[] = [
   'gpu_type',
@@ -60,6 +63,46 @@ export interface IParsedLaunchForm {
   /** Set only when `errors` is empty. */
   request: ILaunchRequest | null;
   errors: IFieldErrors;
+}
+
+/** What the form calls each field: its messages use these words, never the JSON keys. */
+export const FIELD_LABELS: Record<LaunchField, string> = {
+  gpu_type: 'GPU type',
+  interconnect: 'Interconnect',
+  count: 'GPUs',
+  backend: 'Backend',
+  spot_fraction: 'Spot fraction (0–1)',
+  budget: 'Budget (USD)',
+  idle_timeout: 'Idle timeout (minutes)',
+  name: 'Name',
+  partition: 'Slurm partition',
+  account: 'Slurm account',
+  qos: 'Slurm QOS',
+  walltime: 'Walltime (HH:MM:SS)',
+  constraint: 'Node constraint',
+  prologue: 'Worker setup (shell lines)'
+};
+
+/** A field's label as a message names it: without its hint in parentheses. */
+export function fieldWord(field: LaunchField): string {
+  return FIELD_LABELS[field].replace(/\s*\(.*\)$/, '');
+}
+
+/**
+ * A message (the form's own checks, or the server's, which names JSON keys:
+ * `"gpu_type": "A100-80GB", "count": 1 needs ...`) in the form's words:
+ * `GPU type "A100-80GB", GPUs 1 needs ...`.
+ */
+export function inFormWords(message: string): string {
+  const word = (key: string): string | null => (isLaunchField(key) ? fieldWord(key) : null);
+  return message
+    .replace(/"(\w+)":\s*/g, (whole, key: string) => {
+      const label = word(key);
+      return label === null ? whole : `${label} `;
+    })
+    .replace(/"(\w+)"/g, (whole, key: string) => word(key) ?? whole)
+    .replace(/\b[a-z]+_[a-z_]+\b/g, key => word(key) ?? key)
+    .replace(/^([a-z]+)\b/, (whole, key: string) => word(key) ?? whole);
 }
 
 export function isLaunchField(field: unknown): field is LaunchField {
@@ -161,6 +204,30 @@ export function validateGpuType(raw: string, catalog: ICatalog | null): string |
   return null;
 }
 
+/** The GPUs of `gpuType` this machine has for a local pool; null when it sets no limit (cpu, unknown). */
+export function gpusOnThisMachine(gpuType: string, catalog: ICatalog | null): number | null {
+  const gpu = catalog?.gpu_types.find(candidate => candidate.name === gpuType);
+  return gpu?.on_this_machine ?? null;
+}
+
+/** A local pool can have only the GPUs this machine has. */
+export function validateLocalGpus(values: ILaunchFormValues, catalog: ICatalog | null): string | null {
+  if (values.backend !== 'local') {
+    return null;
+  }
+  const here = gpusOnThisMachine(values.gpu_type, catalog);
+  const count = Number(values.count);
+  if (here === null || !Number.isInteger(count) || count <= here) {
+    return null;
+  }
+  const found = catalog?.gpus_here ? ` (it has ${catalog.gpus_here})` : '';
+  const has = here === 0 ? `no ${values.gpu_type}` : `only ${here} x ${values.gpu_type}`;
+  return (
+    `This machine has ${has}${found}: pick GPU type cpu for a local pool, ` +
+    'or Backend kubernetes, slurm or address for a cluster that has them'
+  );
+}
+
 export function validateBackend(raw: string, catalog: ICatalog | null): string | null {
   const backends: readonly string[] = catalog?.backends ?? DEFAULT_BACKENDS;
   if (!backends.includes(raw)) {
@@ -198,7 +265,7 @@ export function validateField(
   }
   switch (field) {
     case 'gpu_type':
-      return validateGpuType(raw, catalog);
+      return validateGpuType(raw, catalog) ?? validateLocalGpus(values, catalog);
     case 'interconnect':
       return validateInterconnect(raw, values.gpu_type ?? '', catalog);
     case 'count':

@@ -1,6 +1,8 @@
 import {
   defaultLaunchValues,
+  gpusOnThisMachine,
   ILaunchFormValues,
+  inFormWords,
   isLaunchField,
   parseLaunchForm,
   POOL_NAME_PATTERN,
@@ -12,6 +14,7 @@ import {
   validateIdleTimeout,
   validateInterconnect,
   validateName,
+  validateField,
   validateSpotFraction,
   validateWalltime
 } from '../src/validation';
@@ -224,5 +227,58 @@ describe('slurm fields', () => {
     const parsed = parseLaunchForm(values({ ...slurm, walltime: '4h', partition: 'two words' }), catalog);
     expect(Object.keys(parsed.errors).sort()).toEqual(['partition', 'walltime']);
     expect(parsed.errors.partition).toBe("partition must be one Slurm name without spaces, got 'two words' (e.g. gpu)");
+  });
+});
+
+describe('messages in the form’s words', () => {
+  it('names fields by their labels, not their JSON keys', () => {
+    expect(inFormWords("count must be a whole number from 1 to 1024, got '0' (e.g. 4)")).toBe(
+      "GPUs must be a whole number from 1 to 1024, got '0' (e.g. 4)"
+    );
+    expect(inFormWords("spot_fraction must be a number from 0 to 1, got '2' (e.g. 0.5)")).toBe(
+      "Spot fraction must be a number from 0 to 1, got '2' (e.g. 0.5)"
+    );
+    expect(inFormWords('"idle_timeout" must be a number of minutes >= 0')).toBe(
+      'Idle timeout must be a number of minutes >= 0'
+    );
+  });
+
+  it("rewords the server's JSON settings and leaves other words alone", () => {
+    expect(
+      inFormWords(
+        '"gpu_type": "A100-80GB", "count": 1 needs 1 x A100-80GB, but this machine has no NVIDIA GPU; ' +
+          'use "gpu_type": "cpu" here, or "backend": "kubernetes" for a cluster that has them'
+      )
+    ).toBe(
+      'GPU type "A100-80GB", GPUs 1 needs 1 x A100-80GB, but this machine has no NVIDIA GPU; ' +
+        'use GPU type "cpu" here, or Backend "kubernetes" for a cluster that has them'
+    );
+    expect(inFormWords('name the pool: a count of names')).toBe('Name the pool: a count of names');
+    expect(inFormWords('pool "dev" is already running')).toBe('pool "dev" is already running');
+  });
+});
+
+describe('GPUs this machine has', () => {
+  const here = {
+    ...CATALOG,
+    gpus_here: 'no NVIDIA GPU (NVML library not found)',
+    gpu_types: CATALOG.gpu_types.map(gpu => ({ ...gpu, on_this_machine: gpu.name === 'T4' ? 2 : 0 }))
+  };
+
+  it('refuses a local pool of GPUs this machine lacks, in the form’s words with what it has', () => {
+    expect(validateField('gpu_type', values({ gpu_type: 'A100', count: '1', backend: 'local' }), here)).toBe(
+      'This machine has no A100 (it has no NVIDIA GPU (NVML library not found)): pick GPU type cpu for a ' +
+        'local pool, or Backend kubernetes, slurm or address for a cluster that has them'
+    );
+    expect(validateField('gpu_type', values({ gpu_type: 'T4', count: '4', backend: 'local' }), here)).toMatch(
+      /^This machine has only 2 x T4/
+    );
+  });
+
+  it('lets a cluster backend, a count that fits, or an unknown machine through', () => {
+    expect(validateField('gpu_type', values({ gpu_type: 'A100', backend: 'kubernetes' }), here)).toBeNull();
+    expect(validateField('gpu_type', values({ gpu_type: 'T4', count: '2' }), here)).toBeNull();
+    expect(gpusOnThisMachine('A100', CATALOG)).toBeNull(); // a server that does not say
+    expect(validateField('gpu_type', values({ gpu_type: 'A100' }), CATALOG)).toBeNull();
   });
 });

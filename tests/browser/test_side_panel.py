@@ -132,7 +132,7 @@ def test_invalid_count_shows_an_inline_error_and_launches_nothing(page: Any, lab
     panel.locator(".gpugeek-launch-button").click()
 
     error = panel.locator('.gpugeek-field[data-field="count"] .gpugeek-field-error')
-    expect(error).to_have_text("count must be a whole number from 1 to 1024, got '0' (e.g. 4)")
+    expect(error).to_have_text("GPUs must be a whole number from 1 to 1024, got '0' (e.g. 4)")  # the form's label
     expect(panel.locator('[name="count"]')).to_have_attribute("aria-invalid", "true")
     expect(panel.locator(".gpugeek-field-error")).to_have_count(1)  # only the bad field is blamed
     page.screenshot(path=str(artifacts / "invalid-count.png"))

@@ -11,6 +11,7 @@ import pytest
 from tornado import web
 
 from gpugeek_jupyter import errors
+from gpugeek_jupyter.catalog import load_catalog
 from gpugeek_jupyter.pricing import prices_in_force
 from gpugeek_jupyter.server.handlers import error_reply
 from gpugeek_jupyter.spec import PoolSpec
@@ -188,10 +189,29 @@ async def test_catalog_lists_gpu_types_with_prices_backends_and_defaults(api: Fe
     status, body = await api("GET", "catalog")
     assert status == 200
     by_name = {g["name"]: g for g in body["gpu_types"]}
-    assert set(by_name["A100-80GB"]) == {"name", "memory_gb", "interconnects", "prices"}
+    assert set(by_name["A100-80GB"]) == {"name", "memory_gb", "interconnects", "prices", "on_this_machine"}
     assert set(by_name["A100-80GB"]["prices"]) == {"on_demand", "spot", "reserved"}
     assert set(body["backends"]) == {"local", "kubernetes", "address", "slurm"}
     assert body["defaults"]["backend"] == "local"
+
+
+async def test_the_catalog_says_how_many_of_each_gpu_type_this_machine_has_for_a_local_pool(api: Fetch) -> None:
+    from gpugeek_jupyter.devices import select_visible
+    from gpugeek_jupyter.nvml import discover_gpus
+
+    _, body = await api("GET", "catalog")
+    found = discover_gpus()
+    usable = select_visible(found.devices)
+    assert body["gpus_here"] == found.describe()
+    catalog = load_catalog()
+    for gpu in body["gpu_types"]:
+        kind = catalog.gpu(gpu["name"])
+        expected = None if kind.is_cpu else sum(kind.matches_nvml_name(d.name) for d in usable)
+        assert gpu["on_this_machine"] == expected, gpu["name"]
+    by_name = {g["name"]: g for g in body["gpu_types"]}
+    assert by_name["cpu"]["on_this_machine"] is None  # a cpu pool has no device limit
+    if not usable:  # this machine (no NVIDIA driver): every GPU type is marked as not here
+        assert all(g["on_this_machine"] == 0 for g in body["gpu_types"] if g["name"] != "cpu")
 
 
 class TestServerConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,13 +21,19 @@ def stop_agent(timeout: float = 60.0) -> None:
         return
     pid = agent.ping()["pid"]
     agent.shutdown()
+    deadline = time.monotonic() + timeout
+    while _running(pid):  # an agent a Jupyter server started is its child: a zombie until it reaps it
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError(f"the agent {pid} did not stop within {timeout:.0f} s of being asked")
+        time.sleep(0.1)
+
+
+def _running(pid: int) -> bool:
     try:
-        psutil.Process(pid).wait(timeout=timeout)
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
-        pass
-    except psutil.TimeoutExpired:
-        os.kill(pid, signal.SIGKILL)
-        raise AssertionError(f"the agent {pid} did not stop within {timeout:.0f} s of being asked") from None
+        return False
 
 
 @contextmanager

@@ -60,7 +60,16 @@ def open_recent(panel: Any) -> None:
     expect(toggle).to_have_attribute("aria-expanded", "true")
 
 
+def open_launch_form(panel: Any) -> None:
+    """Open the launch form (collapsed under the pools, jobs and Recent at first)."""
+    toggle = panel.locator(".gpugeek-launch-toggle")
+    if toggle.get_attribute("aria-expanded") != "true":
+        toggle.click()
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+
+
 def fill_launch_form(panel: Any, **values: str) -> None:
+    open_launch_form(panel)
     form = panel.locator(".gpugeek-launch-form")
     for field, value in values.items():
         control = form.locator(f'[name="{field}"]')
