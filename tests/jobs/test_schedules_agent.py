@@ -151,3 +151,41 @@ def test_a_failing_run_counts_and_max_failures_in_a_row_pause_the_schedule_sayin
     assert (broken.record().status.value, broken.record().failures) == ("active", 0)
     broken.delete()
     assert [s["name"] for s in gpugeek_jupyter.schedules.list_schedules()] == []
+
+
+def test_with_overlap_queue_the_occurrence_waits_for_the_run_before_and_a_further_one_is_skipped(
+    kept_pool: Any,
+) -> None:
+    import gpugeek_jupyter
+
+    queued = gpugeek_jupyter.schedule(
+        cell="import time\ntime.sleep(4)\nrank", every="1s", pool="kept", name="queued", overlap="queue", namespace={}
+    )
+    first, second = _until("two runs' ends", lambda: _ended(queued)[1:] and _ended(queued)[:2], about=queued.runs)
+    queued.pause()
+    assert second.due_at < first.ended_at <= second.started_at, (first, second)  # it waited its turn
+    skipped = [r for r in queued.runs() if r.status.value == "skipped" and r.due_at < first.ended_at]
+    assert skipped and all(
+        r.reason == f"run {first.id} ({first.job_id}) was still running and run {second.id} waited" for r in skipped
+    ), skipped
+
+
+def test_with_overlap_replace_the_running_job_is_cancelled_for_the_next_run(kept_pool: Any) -> None:
+    import gpugeek_jupyter
+
+    replaced = gpugeek_jupyter.schedule(
+        cell="import time\ntime.sleep(600)", every="3s", pool="kept", name="replaced", overlap="replace", namespace={}
+    )
+    first = _until("a cancelled run", lambda: _ended(replaced, "cancelled"), about=replaced.runs)[0]
+    after = _until(
+        "the run that replaced it",
+        lambda: [r for r in replaced.runs() if r.id > first.id and r.job_id],
+        about=replaced.runs,
+    )[-1]  # the oldest run after it that ran a job
+    replaced.pause()
+    for run in replaced.runs():
+        if run.job_id and not gpugeek_jupyter.job(run.job_id).done():
+            gpugeek_jupyter.job(run.job_id).cancel()
+    assert f"job {first.job_id} was replaced by the schedule's next run ({after.id})" in (first.reason or ""), first
+    assert gpugeek_jupyter.job(first.job_id).status() == "cancelled"
+    assert replaced.record().failures == 0  # a replaced run is no failure
