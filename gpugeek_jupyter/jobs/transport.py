@@ -71,6 +71,8 @@ class PoolTransport:
         self._followed: set[str] = set()  # workers whose removal we hear of
         self._tasks: set[asyncio.Future[Any]] = set()  # running calls (asyncio keeps only weak references)
         self._restarts = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpugeek-restart")
+        self._exits_reported = False
+        self._memory_limits: dict[str, int] = {}  # worker -> bytes (dask's memory_limit)
 
     @property
     def usable(self) -> bool:
@@ -188,6 +190,7 @@ class PoolTransport:
     def live_workers(self) -> dict[str, dict[str, Any]]:
         """The scheduler's workers: address -> its ``scheduler_info`` entry."""
         workers: dict[str, dict[str, Any]] = self.client.scheduler_info(n_workers=-1).get("workers", {})
+        self.remember_memory_limits(workers)
         return workers
 
     def restart_workers(self, addresses: list[str], timeout: float) -> concurrent.futures.Future[None]:
@@ -202,6 +205,41 @@ class PoolTransport:
     def upload_package(self, archive: str) -> None:
         """Put a zip on every worker's ``sys.path``, also on workers that join later."""
         self.client.upload_file(archive)
+
+    # -- how workers ended ---------------------------------------------------------------------
+    def report_exits(self) -> None:
+        """Have every nanny report how its worker processes end (once per pool and process)."""
+        if self._exits_reported:
+            return
+        self._exits_reported = True
+        try:
+            self.client.register_plugin(exit_reporter(), name=EXIT_PLUGIN)
+        except Exception as e:  # workers without a nanny, or a nanny of another dask: no exit statuses
+            exit_reporter_setup_failed(e)
+
+    def death_of(self, address: str, since: float, wait: float = 2.0) -> dict[str, Any]:
+        """What the nanny said of worker ``address``'s end after ``since`` (a time.time()): its
+        ``exitcode`` and, for dask's memory kill, ``rss`` and the worker's ``memory_limit``; waits up
+        to ``wait`` s for the exit status (the nanny sends it as the process ends). {} if nothing."""
+        facts: dict[str, Any] = {}
+        deadline = time.monotonic() + wait
+        while True:
+            for topic in (MEMORY_KILL_TOPIC, EXIT_TOPIC):
+                for stamp, message in self.client.get_events(topic) or ():
+                    if stamp >= since and isinstance(message, dict) and message.get("worker") == address:
+                        facts.update(message)
+            if "exitcode" in facts or time.monotonic() > deadline or not self._exits_reported:
+                break
+            time.sleep(0.05)
+        if not facts.get("memory_limit"):
+            facts["memory_limit"] = self._memory_limits.get(address)
+        return facts
+
+    def remember_memory_limits(self, workers: dict[str, dict[str, Any]]) -> None:
+        """Keep each worker's memory limit, which a killed worker no longer tells."""
+        for address, info in workers.items():
+            if info.get("memory_limit"):
+                self._memory_limits[address] = int(info["memory_limit"])
 
     # -- events --------------------------------------------------------------------------------
     def subscribe(self, topic: str, handler: EventHandler) -> None:
@@ -240,6 +278,54 @@ class PoolTransport:
         for address in set(addresses) - self._followed:
             self.client.subscribe_topic(address, functools.partial(receive, address))
         self._followed = set(addresses)
+
+
+# -- how a worker process ended --------------------------------------------------------------------
+# a nanny's worker process ended: {"worker", "exitcode", "memory_limit", "terminate"} (the nanny's own)
+EXIT_TOPIC = "gpugeek-worker-exit"
+MEMORY_KILL_TOPIC = "worker-restart-memory"  # dask's own: the nanny ended it for memory {"worker", "pid", "rss"}
+EXIT_PLUGIN = "gpugeek-exit-codes"
+
+
+def exit_reporter() -> Any:
+    """A dask ``NannyPlugin`` that reports the exit status of each worker process its nanny sees end
+    (torchrun's ``exitcode``), as an event on :data:`EXIT_TOPIC`; made here, where dask is imported."""
+    from distributed.core import Status
+    from distributed.diagnostics.plugin import NannyPlugin
+
+    class ExitReporter(NannyPlugin):
+        name = EXIT_PLUGIN
+
+        def setup(self, nanny: Any) -> None:
+            # The nanny hands its bound _on_worker_exit_sync to each WorkerProcess it starts: wrap the
+            # one the running process holds and the one the next processes will get.
+            original = nanny._on_worker_exit_sync
+
+            def on_exit(exitcode: int) -> None:
+                try:
+                    if nanny.status == Status.running:  # not when the pool stops: no one to tell then
+                        memory = getattr(nanny, "memory_manager", None)
+                        nanny.log_event(
+                            EXIT_TOPIC,
+                            {
+                                "worker": nanny.worker_address,
+                                "exitcode": exitcode,
+                                "memory_limit": getattr(memory, "memory_limit", None),
+                                "terminate": getattr(memory, "memory_terminate_fraction", None),
+                            },
+                        )
+                finally:
+                    original(exitcode)
+
+            nanny._on_worker_exit_sync = on_exit
+            if nanny.process is not None:
+                nanny.process.on_exit = on_exit
+
+    return ExitReporter()
+
+
+def exit_reporter_setup_failed(error: BaseException) -> None:
+    log.info("worker exit statuses will not be reported: %s", error)
 
 
 def ask_scheduler_workers(

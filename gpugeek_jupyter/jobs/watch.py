@@ -97,6 +97,8 @@ class AttemptWatch:
         self.stop_message: str | None = None
         self.escalation = StopEscalation()
         self.gone: set[str] = set()  # ranks whose worker process died or was ended
+        self.started_at = time.time()  # the nannies' reports of how a process ended count from here
+        transport.report_exits()  # so that they report (asked once per pool)
 
     @property
     def killed(self) -> set[str]:
@@ -428,13 +430,49 @@ class AttemptWatch:
             report.error = "did not stop and its worker process was ended"
         else:
             pid = self.group.pids.get(address)
-            report.error = (
-                f"its worker process{f' (pid {pid})' if pid else ''} at {address} died during the job "
-                f"(killed, or out of memory); the pool restarts it"
-            )
+            death = self.transport.death_of(address, self.started_at)
+            report.exit_code = death.get("exitcode")
+            report.error = describe_death(f"its worker process{f' (pid {pid})' if pid else ''} at {address}", death)
             if answer is not None:
                 log.info("rank %d: %s", slot.rank, answer)
         return report
+
+
+def describe_death(process: str, death: dict[str, Any]) -> str:
+    """How a rank's worker process ended, as torchrun says it (``exitcode: 3``), from what its nanny
+    reported (:meth:`.transport.PoolTransport.death_of`): the exit status or signal, and for dask's
+    memory kill the memory in use and the worker's limit."""
+    code = death.get("exitcode")
+    restarts = "the pool restarts it"
+    if "rss" in death:
+        limit = death.get("memory_limit")
+        share = death.get("terminate")
+        over = f"{float(share) * 100:.0f}%" if share else "the share set"
+        of_limit = f", over {over} of its {_gib(limit)} memory limit" if limit else ""
+        return (
+            f"{process} was ended by its nanny for memory: {_gib(death['rss'])} in use{of_limit}"
+            f"{f' (exitcode: {code})' if code is not None else ''}; {restarts}. Give each worker more memory "
+            "(fewer workers per host, or a pool of bigger machines), or let it go further before the kill "
+            "with dask's distributed.worker.memory.terminate (e.g. 0.98; false: no kill)"
+        )
+    if code is None:
+        return f"{process} died during the job (killed, or out of memory); {restarts}"
+    if code < 0:
+        return f"{process} was killed by signal {-code} ({_signal_name(-code)}) during the job (exitcode: {code}); {restarts}"
+    return f"{process} exited with status {code} during the job (exitcode: {code}); {restarts}"
+
+
+def _gib(size: Any) -> str:
+    return f"{float(size) / 2**30:.1f} GiB"
+
+
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown signal"
 
 
 def _primary_failure(reports: list[RankReport], arrival: list[int]) -> RankReport | None:
