@@ -189,3 +189,20 @@ def test_with_overlap_replace_the_running_job_is_cancelled_for_the_next_run(kept
     assert f"job {first.job_id} was replaced by the schedule's next run ({after.id})" in (first.reason or ""), first
     assert gpugeek_jupyter.job(first.job_id).status() == "cancelled"
     assert replaced.record().failures == 0  # a replaced run is no failure
+
+
+def test_a_run_whose_kept_pool_no_longer_exists_fails_saying_so_and_counts(kept_pool: Any) -> None:
+    import gpugeek_jupyter
+    from gpugeek_jupyter.store import get_registry
+
+    orphan = gpugeek_jupyter.schedule(cell="rank", every="1h", pool="kept", name="orphan", namespace={})
+    _until("the first run's end", lambda: _ended(orphan), about=orphan.runs)
+    kept_pool.stop()
+    get_registry().set_next_run(orphan.id, 0.0)  # the next occurrence is due now
+    failed = _until("a failed run", lambda: _ended(orphan, "failed"), about=orphan.runs)[0]
+    assert failed.reason == (
+        "pool 'kept' no longer exists (relaunch it with keep=True, or delete the schedule and make one that "
+        "launches a pool for each run)"
+    ), failed
+    assert (failed.job_id, orphan.record().failures) == (None, 1)
+    orphan.delete()
