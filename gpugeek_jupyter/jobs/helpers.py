@@ -318,7 +318,7 @@ class Helpers:
     # -- checkpoints -------------------------------------------------------------------------------
     def checkpoint(
         self,
-        directory: str | os.PathLike[str],
+        directory: str | os.PathLike[str] | None = None,
         model: Any = None,
         optimizer: Any = None,
         keep: int = 3,
@@ -336,7 +336,18 @@ class Helpers:
         shards with ``torch.distributed.checkpoint`` (``step-<n>/``), which load at another world
         size or mesh; ``asynchronous=True`` (sharded only) writes them in the background while
         training goes on. ``loader`` (from ``gg.shard``) resumes its epoch and position too.
+
+        Without ``directory``, a scheduled run's own folder (``GPUGEEK_CHECKPOINT_DIR``: with
+        ``resume="latest"``, the one every run of its schedule shares), so ``gg.checkpoint(model=model)``
+        continues where the schedule's previous run stopped.
         """
+        if directory is None:
+            directory = os.environ.get(SCHEDULED_CHECKPOINT_DIR) or None
+            if directory is None:
+                raise ValueError(
+                    f"gg.checkpoint needs a directory every rank sees outside a scheduled run (only those have "
+                    f"{SCHEDULED_CHECKPOINT_DIR}), e.g. gg.checkpoint('/shared/ckpts', model=model)"
+                )
         if asynchronous and not sharded:
             raise ValueError(
                 "asynchronous=True needs sharded=True: the rank-0 checkpoint is written in place "
@@ -359,6 +370,9 @@ class Helpers:
             ckpt = Checkpoint(directory, model=model, optimizer=optimizer, keep=keep, rank=self.rank, loader=loader)
         ckpt.load()
         return ckpt
+
+
+SCHEDULED_CHECKPOINT_DIR = "GPUGEEK_CHECKPOINT_DIR"  # set by the agent in each scheduled run (schedules/)
 
 
 class Checkpoint(CheckpointBase):

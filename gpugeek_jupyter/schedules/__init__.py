@@ -86,8 +86,8 @@ def schedule(
     ``walltime=``, as for ``launch``) for a pool made for each run and stopped after it; its budget
     applies to each run. For other launch options, launch a kept pool and give ``pool=``. ``resume="latest"`` (default): each run's
     ``GPUGEEK_CHECKPOINT_DIR`` is the schedule's folder (``checkpoints``, default one beside the
-    registry), so ``gg.checkpoint(os.environ["GPUGEEK_CHECKPOINT_DIR"], ...)`` continues from the
-    newest whole checkpoint of the runs before; ``resume=None`` starts each run afresh.
+    registry), so ``gg.checkpoint(model=...)`` (no directory: that one) continues from the newest
+    whole checkpoint of the runs before; ``resume=None`` starts each run afresh.
     ``overlap``: ``skip`` (default), ``queue`` or ``replace``, when a run is still going at the next
     occurrence; ``max_failures`` failed runs in a row pause the schedule. A cell's code and the
     notebook objects it uses (from ``namespace``, default the caller's globals) are captured now.

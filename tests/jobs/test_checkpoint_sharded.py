@@ -310,3 +310,20 @@ def test_a_url_whose_filesystem_is_not_installed_is_one_error_naming_it() -> Non
     message = str(raised.value)
     assert message.startswith("checkpoint location 'nosuchfs://bucket/run' cannot be opened on this worker")
     assert "e.g. gg.checkpoint('/shared/ckpts', ...)" in message and "\n" not in message
+
+
+def test_without_a_directory_a_scheduled_run_checkpoints_in_its_schedules_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gg = Helpers()
+    monkeypatch.setenv("GPUGEEK_CHECKPOINT_DIR", str(tmp_path))
+    gg.checkpoint(model=_model()).save(3)
+    assert gg.checkpoint(model=torch.nn.Linear(4, 2)).step == 3  # the next run resumes there
+    assert [p.name for p in tmp_path.iterdir()] == ["step-000000003.pt"]
+    monkeypatch.delenv("GPUGEEK_CHECKPOINT_DIR")
+    with pytest.raises(ValueError) as raised:
+        gg.checkpoint(model=_model())
+    assert str(raised.value) == (
+        "gg.checkpoint needs a directory every rank sees outside a scheduled run (only those have "
+        "GPUGEEK_CHECKPOINT_DIR), e.g. gg.checkpoint('/shared/ckpts', model=model)"
+    )
