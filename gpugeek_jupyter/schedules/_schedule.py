@@ -19,6 +19,7 @@ from typing import Any
 
 from ..config import get_config
 from ..errors import ConflictError, NotFoundError, PerSurface, Phrase, SpecError, Value
+from ..jobs.helpers import SCHEDULED_CHECKPOINT_DIR
 from ..spec import PoolSpec
 from ..store import RunStatus, ScheduleRecord, ScheduleRun, ScheduleStatus, get_registry, make_private_directory
 from .timing import Timing, check_cron, check_timezone, parse_every
@@ -26,7 +27,7 @@ from .timing import Timing, check_cron, check_timezone, parse_every
 OVERLAP = ("skip", "queue", "replace")
 RESUME = ("latest", None)
 DEFAULT_MAX_FAILURES = 3
-CHECKPOINT_DIR_VARIABLE = "GPUGEEK_CHECKPOINT_DIR"  # the folder a run's gg.checkpoint should use
+CHECKPOINT_DIR_VARIABLE = SCHEDULED_CHECKPOINT_DIR  # the folder a run's gg.checkpoint() uses
 RESUME_FROM_VARIABLE = "GPUGEEK_RESUME_FROM"  # the newest whole checkpoint of the previous runs ("" none)
 
 
