@@ -486,10 +486,7 @@ class PoolManager:
     # -- liveness ----------------------------------------------------------------------------------
     def _ensure_threads(self) -> None:
         with self._lock:
-            if self._threads and all(t.is_alive() for t in self._threads):
-                return
-            self._stop_event.clear()
-            if self._executor is None:
+            if self._executor is None:  # first, so a launch right after a shutdown gets one too
                 # distributed's executor, whose threads are daemons: a hook stuck past its deadline
                 # never holds up the interpreter's exit (the standard one joins its threads at exit).
                 # Lazy: distributed is heavy, and a manager that launches nothing never needs it.
@@ -498,6 +495,9 @@ class PoolManager:
                 self._executor = DaemonThreadPoolExecutor(
                     max_workers=HOUSEKEEPING_WORKERS, thread_name_prefix="gpugeek-housekeeping-task"
                 )
+            if self._threads and all(t.is_alive() for t in self._threads):
+                return
+            self._stop_event.clear()
             self._threads = [
                 threading.Thread(
                     target=self._every_period,
