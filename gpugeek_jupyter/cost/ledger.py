@@ -42,9 +42,28 @@ def cents(amount: float) -> Decimal:
     return Decimal(repr(round(amount, 9))).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
 
 
+def usd_quantum(amount: float) -> Decimal:
+    """The step money is shown in, one rule everywhere: cents from 1 USD up; below it two
+    significant digits (never fewer than two decimals), so that small costs do not all read 0.00."""
+    magnitude = abs(amount)
+    if magnitude >= 1 or magnitude == 0 or magnitude != magnitude:  # NaN: as cents (never shown)
+        return Decimal("0.01")
+    exponent = Decimal(repr(magnitude)).adjusted()  # 0.000195 -> -4
+    return min(Decimal("0.01"), Decimal(1).scaleb(exponent - 1))
+
+
+def in_quantum(amount: float, quantum: Decimal) -> Decimal:
+    """``amount`` rounded half up to ``quantum``."""
+    return Decimal(repr(round(amount, 12))).quantize(quantum, rounding=ROUND_HALF_UP)
+
+
 def format_usd(amount: float) -> str:
-    """'USD 1,234.57'."""
-    return f"USD {cents(amount):,}"
+    """'USD 1,234.57', 'USD 0.54', 'USD 0.015', 'USD 0.00020' (see :func:`usd_quantum`).
+
+    >>> format_usd(1234.567), format_usd(0.54321), format_usd(0.015), format_usd(0.000195), format_usd(0)
+    ('USD 1,234.57', 'USD 0.54', 'USD 0.015', 'USD 0.00020', 'USD 0.00')
+    """
+    return f"USD {in_quantum(amount, usd_quantum(amount)):,}"
 
 
 @dataclass(frozen=True)
@@ -135,11 +154,13 @@ class CostBreakdown:
         return max(0.0, (self.budget_usd - self.total_usd) / self.usd_per_hour_now)
 
     def idle_sentence(self) -> str:
-        """Compute cost and how it splits, in parts that add up to it (rounded to the cent):
+        """Compute cost and how it splits, in parts that add up to it (rounded to the step the
+        total is shown in: the cent, or finer below 1 USD, see :func:`usd_quantum`):
 
         'compute USD 24.67: idle 16.02, busy 0.05, unsampled 8.60 (2.1 h without utilization samples)'.
         """
-        compute = cents(self.compute_usd)
+        quantum = usd_quantum(self.compute_usd)
+        compute = in_quantum(self.compute_usd, quantum)
         whole = f"compute {format_usd(self.compute_usd)}"
         if self.unsampled_hours is None:
             return f"{whole} (idle share not computed)"
@@ -147,8 +168,8 @@ class CostBreakdown:
             if self.unsampled_hours * 3600.0 < 0.5:
                 return whole
             return f"{whole}: idle share unknown ({_duration(self.unsampled_hours)} without utilization samples)"
-        sampled = min(cents(self.sampled_usd), compute)
-        idle = min(cents(self.idle_usd), sampled)
+        sampled = min(in_quantum(self.sampled_usd, quantum), compute)
+        idle = min(in_quantum(self.idle_usd, quantum), sampled)
         parts = [f"idle {idle:,}", f"busy {sampled - idle:,}"]
         if compute - sampled > 0:
             parts.append(

@@ -19,7 +19,9 @@ from ..runtime import get_pool_manager
 from ..widgets.cost_chart import bar_chart
 from ._common import chosen_pool, parse_options, pool_arguments, usage_errors
 
-_SHOWN = [
+# the summary: what a person reads first; --detail shows _DETAIL (every part of the cost)
+_SUMMARY = ["pool", "job", "hours", "USD", "idle"]
+_DETAIL = [
     "pool",
     "job",
     "status",
@@ -83,6 +85,11 @@ class CostMagics(Magics):
     @argument("--no-jobs", action="store_true", help="pools only, without a row per job")
     @argument("--csv", default=None, metavar="PATH", help="also write the report to this CSV file")
     @argument("--chart", action="store_true", help="show a bokeh bar chart of the report")
+    @argument(
+        "--detail",
+        action="store_true",
+        help="every part of the cost (GPU-hours, compute, storage, network, idle, busy, unsampled, preemptions)",
+    )
     @argument("--storage-gb", default=None, metavar="GB", help="state the pool's (or --job's) stored data volume")
     @argument("--network-gb", default=None, metavar="GB", help="state the pool's (or --job's) data transferred")
     @argument(
@@ -107,6 +114,10 @@ class CostMagics(Magics):
             In [2]: %gpugeek_cost --all --since 2026-11-01 --csv cost.csv --chart -o report
             In [3]: %gpugeek_cost --job job-3f2a9c1d
             In [4]: %gpugeek_cost dev --storage-gb 500 --network-gb 40
+
+        The table is a summary (pool, job, hours, USD, idle share of the sampled time); ``--detail``
+        shows every part. Money is shown in cents from 1 USD up and with two significant digits
+        below (``USD 0.00019``), everywhere; ``-o VAR`` and ``--csv`` keep full precision.
 
         Owning the GPUs instead of renting them: ``%gpugeek_tco``.
         """
@@ -143,7 +154,7 @@ class CostMagics(Magics):
                 else "no pool in the registry yet (start one with %gpugeek_launch)"
             )
             return frame
-        display(frame[_SHOWN].round(4))
+        display(frame[_DETAIL].round(6) if args.detail else summary_table(frame))
         for b in breakdowns:
             print(_pool_lines(b))
         if args.csv:
@@ -294,6 +305,27 @@ def _moved_to_tco(line: str) -> str | None:
         else:
             translated.append(shlex.quote(word))
     return f"--compare-owned moved: use %gpugeek_tco {' '.join(translated)}".rstrip()
+
+
+def summary_table(frame: Any) -> Any:
+    """The report's summary: pool, job, hours, USD (one rule for money, see ``ledger.format_usd``)
+    and the idle share of the sampled compute ("-" where nothing was sampled)."""
+    import pandas as pd
+
+    def idle_share(row: Any) -> str:
+        sampled = (row["idle_usd"] or 0.0) + (row["busy_usd"] or 0.0)
+        return f"{row['idle_usd'] / sampled:.0%}" if sampled > 0 else "-"
+
+    return pd.DataFrame(
+        {
+            "pool": frame["pool"],
+            "job": frame["job"].fillna(""),
+            "hours": [f"{h:.2f}" if h >= 1 or h == 0 else f"{h:.2g}" for h in frame["hours"]],
+            "USD": [ledger.format_usd(x).removeprefix("USD ") for x in frame["total_usd"]],
+            "idle": [idle_share(row) for _, row in frame.iterrows()],
+        },
+        columns=_SUMMARY,
+    )
 
 
 def _pool_lines(b: ledger.CostBreakdown) -> str:

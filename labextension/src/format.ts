@@ -12,8 +12,10 @@ export function formatUsd(value: number | null | undefined): string {
   }
   const sign = value < 0 ? '-' : '';
   const magnitude = Math.abs(value);
-  // small amounts keep enough digits to be seen growing (a young pool, a $0.015 spot price)
-  const digits = magnitude === 0 || magnitude >= 1 ? 2 : magnitude < 0.01 ? 6 : 4;
+  // One rule for money, as the notebook's (ledger.usd_quantum): cents from $1 up; below it two
+  // significant digits, so a young pool's $0.00019 and a $0.015 spot price do not read $0.00.
+  const digits =
+    magnitude === 0 || magnitude >= 1 ? 2 : Math.max(2, 1 - Math.floor(Math.log10(magnitude)));
   // No thousands separators: the text stays machine-readable.
   return `${sign}$${magnitude.toFixed(digits)}`;
 }

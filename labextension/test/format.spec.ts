@@ -16,15 +16,17 @@ import {
 import { CATALOG, makePool } from './fixtures';
 
 describe('money', () => {
-  it('shows cents', () => {
-    expect(formatUsd(0.42)).toBe('$0.4200');
-    expect(formatUsd(0.015)).toBe('$0.0150');
+  it('shows cents from a dollar up, and two significant digits below', () => {
+    expect(formatUsd(0.42)).toBe('$0.42');
+    expect(formatUsd(0.2)).toBe('$0.20'); // a price per hour beside ...
+    expect(formatUsd(0.00019)).toBe('$0.00019'); // ... what a young pool cost: one rule, not 4 and 6 decimals
+    expect(formatUsd(0.015)).toBe('$0.015');
     expect(formatUsd(1234.5)).toBe('$1234.50');
     expect(formatUsd(0)).toBe('$0.00');
   });
 
-  it('keeps four decimals below a cent so a young pool visibly costs something', () => {
-    expect(formatUsd(0.00421)).toBe('$0.004210');
+  it('keeps a cost under a cent visible, as the notebook does', () => {
+    expect(formatUsd(0.00421)).toBe('$0.0042');
   });
 
   it('shows a dash for an unknown amount', () => {

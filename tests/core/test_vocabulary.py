@@ -195,6 +195,7 @@ ONLY_ON: dict[tuple[str, str], tuple[set[str], str]] = {
     ("report cost", "csv"): ({MAGIC}, "Python writes the rows with tco.write_csv(rows, path)"),
     ("report cost", "chart"): ({MAGIC}, "a widget; Python: widgets.cost_chart.bar_chart(rows)"),
     ("report cost", "out"): ({MAGIC}, "-o/--out stores the report in a notebook variable; Python returns it"),
+    ("report cost", "detail"): ({MAGIC}, "which columns the table shows; Python returns every part"),
     ("compare owning with renting", "pool"): (
         {MAGIC},
         "the magic takes a pool's GPU type and count as defaults; compare_owned takes them directly",

@@ -191,3 +191,25 @@ def test_notices_are_printed_once_per_process_however_often_the_magics_load(shel
         "pool 'x' has spent USD 8.00 of its USD 10.00 budget (80%)",
     )
     assert capsys.readouterr().err == "gpugeek: pool 'x' has spent USD 8.00 of its USD 10.00 budget (80%)\n"
+
+
+def test_the_table_is_a_summary_that_fits_with_small_costs_shown_and_detail_behind_a_flag(shell, capsys, monkeypatch):
+    registry = get_registry()
+    clock = Clock()
+    monkeypatch.setattr(registry, "clock", clock)
+    pool = add_ready_pool(registry, name="dev", gpu_type="cpu", count=1, price=0.2)  # USD 0.20 an hour
+    registry.open_worker_interval(pool, "0", "on_demand", started_at=T0)
+    registry.add_utilization(pool, 0.0, 1, at=T0)
+    registry.add_utilization(pool, 0.25, 1, at=T0 + 3.5)
+    clock.at(3.5)  # 3.5 s: USD 0.000194
+    registry.heartbeat([pool])
+    shell.run_line_magic("gpugeek_cost", "dev --no-jobs")
+    out = capsys.readouterr().out
+    header = out.splitlines()[0].split()
+    assert header == ["pool", "job", "hours", "USD", "idle"], out
+    assert "0.00097" in out and "0.00019" in out and "75%" in out and "0.00 " not in out.splitlines()[1], out
+    assert max(len(line) for line in out.splitlines()[:2]) <= 80, out  # fits a notebook at 1280 px
+    assert "pool dev, compute USD 0.00019: idle 0.00015, busy 0.00004" in out
+    shell.run_line_magic("gpugeek_cost", "dev --no-jobs --detail")
+    detail = capsys.readouterr().out
+    assert "status" in detail and "unsampled_usd" in detail and "preemptions" in detail  # every part

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gpugeek_jupyter.cost.ledger import (
     cents,
+    format_usd,
     idle_since,
     job_cost,
     job_costs,
@@ -392,3 +393,24 @@ def test_idle_spend_equals_a_brute_force_sum_over_sample_spans(tmp_path_factory,
     assert cost.sampled_usd == pytest.approx(expected_sampled, abs=1e-9)
     assert cost.idle_usd + cost.busy_usd + cost.unsampled_usd == pytest.approx(cost.compute_usd, abs=1e-9)
     registry.close()
+
+
+def test_a_cost_under_a_cent_is_shown_with_two_significant_digits_and_its_parts_still_add_up(clocked_registry, clock):
+    registry = clocked_registry
+    pool = _seventy_thirty_pool(registry)
+    registry.open_worker_interval(pool, "3", "reserved", started_at=T0)  # USD 6.97 an hour
+    registry.add_utilization(pool, 0.0, 1, at=T0)
+    registry.add_utilization(pool, 0.25, 1, at=T0 + 0.1)  # a tenth of a second, 75 % idle
+    clock.at(0.1)
+    registry.heartbeat([pool])
+    cost = pool_cost(registry, pool)
+    assert cost.compute_usd == pytest.approx(RESERVED * 0.1 / HOUR)  # USD 0.000194
+    assert format_usd(cost.compute_usd) == "USD 0.00019"  # not USD 0.00, as every young job read
+    assert cost.idle_sentence() == "compute USD 0.00019: idle 0.00015, busy 0.00004"
+    assert [format_usd(x) for x in (0.2, 0.015, 0.54321, 1234.567, 0.0)] == [
+        "USD 0.20",
+        "USD 0.015",
+        "USD 0.54",
+        "USD 1,234.57",
+        "USD 0.00",
+    ]
