@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import functools
 import importlib
+import inspect
 import linecache
 import logging
 import os
@@ -48,6 +49,7 @@ from .diagnose import describe_stack, format_user_traceback, is_peer_failure, on
 from .env import RANK_VARIABLES, build_worker_env, compile_cache_env, error_file_path, interface_of
 from .layout import RankSlot
 from .payload import OUTPUT_TOPIC, CellCode, RankJob, RankOutcome, ScriptCode
+from .rank_shell import rank_get_ipython
 from .rank_stack import stack_frames
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,7 @@ class _Runtime:
         # the names cells assigned on this rank, kept for the next cells (a REPL per rank) until the
         # process group is rebuilt: what they hold may be bound to the old group (DDP models)
         self.namespace: dict[str, Any] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # where cells with a top-level await run
         # a detached job's last outcome here (job id, outcome), kept for a new agent to collect should
         # the one that launched it have died (jobs/readopt.py); replaced by the next such job
         self.kept_outcome: tuple[str, RankOutcome] | None = None
@@ -640,9 +643,11 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, 
         rank_names.forget(code.owner, code.forget)
         outcome.replaced = tuple(rank_names.receive(namespace, cloudpickle.loads(code.names_blob)))
         namespace.update(rank=slot.rank, world_size=slot.world_size, device=device, dist=dist, gg=helpers)
+        namespace["get_ipython"] = rank_get_ipython(namespace, slot.rank)
+        _rank_loop()
         with helpers.autocast():
-            exec(body, namespace)
-            value = eval(last, namespace) if last is not None else None
+            _run_code(body, namespace)
+            value = _run_code(last, namespace) if last is not None else None
     outcome.dropped = tuple(rank_names.dropped(namespace))
     if not code.has_value or (code.rank0_only and slot.rank != 0):
         return None
@@ -654,6 +659,31 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, 
             f"the value of the cell's last expression ({type(value).__name__}) cannot be sent back: {e} "
             f"(end the cell with a value that pickles, e.g. a float, a list or a CPU tensor)"
         ) from e
+
+
+def _run_code(code: types.CodeType, namespace: dict[str, Any]) -> Any:
+    """Run compiled cell code; code with a top-level ``await`` runs on this rank's event loop, one
+    for the worker's life, as IPython runs such a cell on its kernel's loop."""
+    result = eval(code, namespace)
+    if code.co_flags & inspect.CO_COROUTINE:
+        loop = _rank_loop()
+        try:
+            result = loop.run_until_complete(result)
+        except BaseException as e:
+            if isinstance(e, JobCancelled) or loop.is_running():
+                _runtime.loop = None  # stopped mid-step: a fresh loop for the next cell
+            raise
+    return result
+
+
+def _rank_loop() -> asyncio.AbstractEventLoop:
+    """This rank thread's event loop, also its current one (``asyncio.ensure_future`` in a cell
+    finds it, as in a notebook), made on first use."""
+    loop = _runtime.loop
+    if loop is None or loop.is_closed():
+        loop = _runtime.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+    return loop
 
 
 def compile_cell(source: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:
@@ -673,8 +703,9 @@ def compile_cell(source: str, filename: str) -> tuple[types.CodeType, types.Code
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not ends_with_semicolon(source):
         last = ast.Expression(tree.body[-1].value)
         tree.body.pop()
-    body = compile(tree, filename, "exec")
-    return body, (compile(last, filename, "eval") if last is not None else None)
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT  # `await x` in a cell, as in IPython
+    body = compile(tree, filename, "exec", flags=flags)
+    return body, (compile(last, filename, "eval", flags=flags) if last is not None else None)
 
 
 def to_cpu(value: Any, torch: Any) -> Any:
