@@ -53,7 +53,7 @@ LABEXT_BUILT := gpugeek_jupyter/labextension/package.json
 labextension-build: setup
 	@if [ ! -e $(LABEXT_BUILT) ] || [ -n "$$(find labextension/src labextension/style labextension/schema labextension/package.json labextension/tsconfig.json -newer $(LABEXT_BUILT) -print -quit)" ]; then \
 		echo "building the labextension (its sources changed)"; \
-		cd labextension && ../$(VENV)/bin/jlpm install && ../$(VENV)/bin/jlpm build:prod && touch ../$(LABEXT_BUILT) \
+		cd labextension && export PATH="$(abspath $(VENV))/bin:$$PATH" && jlpm install && jlpm build:prod && touch ../$(LABEXT_BUILT) \
 			&& rm -f ../gpugeek_jupyter/labextension/install.json; \
 	fi
 # (the rebuild copies install.json into the built folder; the wheel takes it from labextension/,

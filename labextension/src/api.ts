@@ -106,6 +106,12 @@ export class GpugeekApi {
     return body.where;
   }
 
+  /** Cancel a detached job (`DELETE /gpugeek/jobs/{id}`): the job as it is then. */
+  async cancelJob(id: string): Promise<IJobModel> {
+    const body = await this.call<{ job: IJobModel }>('DELETE', `jobs/${encodeURIComponent(id)}`);
+    return body.job;
+  }
+
   /** The ranks' states and the last `lines` lines of their output, grouped (read from the job's logs). */
   async jobOutput(id: string, lines?: number): Promise<IJobOutput> {
     const query = lines === undefined ? '' : `?lines=${lines}`;

@@ -43,6 +43,65 @@ export interface IWhereView {
   error: string | null;
 }
 
+/** What a job row shows for Cancel: only a detached job that has not ended has one. */
+export interface ICancelView {
+  button: boolean;
+  label: string;
+  disabled: boolean;
+  error: string | null;
+}
+
+export function cancelView(job: IJobModel, state: IJobCancelState | null): ICancelView {
+  const open = job.status === 'running' || job.status === 'queued';
+  const asking = state?.asking ?? false;
+  return {
+    button: job.detached && open,
+    label: asking ? 'Cancelling…' : 'Cancel',
+    disabled: asking,
+    error: open ? (state?.error ?? null) : null
+  };
+}
+
+/** What the Cancel button of one job has done (kept across the poll's redraws). */
+export interface IJobCancelState {
+  asking: boolean;
+  error: string | null;
+}
+
+/**
+ * Cancels detached jobs through the server (their agent stops them on every
+ * rank, or takes them out of the queue) and keeps each request's state.
+ */
+export class JobCancelTracker {
+  private readonly _states = new Map<string, IJobCancelState>();
+
+  constructor(
+    private readonly _cancel: (id: string) => Promise<unknown>,
+    private readonly _changed: (id: string) => void
+  ) {}
+
+  state(id: string): IJobCancelState | null {
+    return this._states.get(id) ?? null;
+  }
+
+  async cancel(id: string): Promise<void> {
+    if (this._states.get(id)?.asking) {
+      return;
+    }
+    this._states.set(id, { asking: true, error: null });
+    this._changed(id);
+    let next: IJobCancelState;
+    try {
+      await this._cancel(id);
+      next = { asking: false, error: null };
+    } catch (error) {
+      next = { asking: false, error: `Could not cancel the job: ${(error as Error).message}` };
+    }
+    this._states.set(id, next);
+    this._changed(id);
+  }
+}
+
 export function whereView(job: IJobModel, state: IJobWhereState | null): IWhereView {
   const running = job.status === 'running';
   const asking = state?.asking ?? false;
@@ -385,7 +444,7 @@ export function renderJobRow(
   job: IJobModel,
   state: IJobRowState,
   onToggle: (id: string) => void,
-  where?: { tracker: JobWhereTracker },
+  where?: { tracker: JobWhereTracker; cancel?: JobCancelTracker },
   output?: { tracker: JobOutputTracker }
 ): HTMLElement {
   const summary = h(
@@ -426,6 +485,7 @@ export function renderJobRow(
     [
       summary,
       where && renderWhere(job, where.tracker),
+      where?.cancel && renderCancel(job, where.cancel),
       output && renderOutput(job, state.selected, output.tracker),
       state.selected && renderJobRecord(state.record ?? job, state)
     ]
@@ -448,6 +508,24 @@ function renderWhere(job: IJobModel, tracker: JobWhereTracker): HTMLElement | nu
     button,
     view.error && h('div', { class: 'gpugeek-job-error', attrs: { role: 'alert' }, text: view.error }),
     view.text !== null && h('pre', { class: 'gpugeek-job-where-text', text: view.text })
+  ]);
+}
+
+function renderCancel(job: IJobModel, tracker: JobCancelTracker): HTMLElement | null {
+  const view = cancelView(job, tracker.state(job.id));
+  if (!view.button) {
+    return null;
+  }
+  const button = h('button', {
+    class: 'jp-mod-styled jp-mod-warn gpugeek-job-cancel-button',
+    text: view.label,
+    title: 'Stop this detached job on every rank (a queued one leaves the queue)',
+    on: { click: () => void tracker.cancel(job.id) }
+  });
+  button.disabled = view.disabled;
+  return h('div', { class: 'gpugeek-job-cancel' }, [
+    button,
+    view.error && h('div', { class: 'gpugeek-job-error', attrs: { role: 'alert' }, text: view.error })
   ]);
 }
 

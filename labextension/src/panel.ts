@@ -17,6 +17,7 @@ import { ChangeWatcher } from './changes';
 import { CommandIDs } from './commands';
 import { h, KeyedList } from './dom';
 import {
+  JobCancelTracker,
   JobOutputTracker,
   JobWhereTracker,
   OnScreenRows,
@@ -67,6 +68,7 @@ export class GpugeekPanel extends Widget {
   private readonly _jobEnds = new JobEndWatcher();
   /** What each running job's Where button has shown. */
   private readonly _where: JobWhereTracker;
+  private readonly _cancel: JobCancelTracker;
   /** What each shown job's ranks' states and output tail last were. */
   private readonly _output: JobOutputTracker;
   /** Job rows on screen: their running jobs' output is fetched on every poll. */
@@ -125,6 +127,10 @@ export class GpugeekPanel extends Widget {
     this._jobs = new KeyedList(jobList, job => job.id, job => this._renderJob(job));
     this._where = new JobWhereTracker(
       id => this.api.jobWhere(id),
+      id => this._redrawJob(id)
+    );
+    this._cancel = new JobCancelTracker(
+      id => this.api.cancelJob(id),
       id => this._redrawJob(id)
     );
     this._output = new JobOutputTracker(
@@ -546,7 +552,7 @@ export class GpugeekPanel extends Widget {
         error: selected ? this._jobRecordError : null
       },
       id => void this._toggleJob(id),
-      { tracker: this._where },
+      { tracker: this._where, cancel: this._cancel },
       { tracker: this._output }
     );
   }

@@ -1,8 +1,11 @@
 import {
+  cancelView,
   formatRanks,
+  IJobCancelState,
   IJobOutputState,
   IJobWhereState,
   isScrolledToBottom,
+  JobCancelTracker,
   JobOutputTracker,
   JobWhereTracker,
   jobStatusText,
@@ -62,6 +65,63 @@ describe('whereView', () => {
       text: null,
       error: null
     });
+  });
+});
+
+describe('cancelView', () => {
+  it('offers Cancel on a detached job that runs or waits, never on an attached or ended one', () => {
+    expect(cancelView(makeJob({ status: 'running', detached: true }), null)).toEqual({
+      button: true,
+      label: 'Cancel',
+      disabled: false,
+      error: null
+    });
+    expect(cancelView(makeJob({ status: 'queued', detached: true }), null).button).toBe(true);
+    expect(cancelView(makeJob({ status: 'running', detached: false }), null).button).toBe(false);
+    for (const status of ['succeeded', 'failed', 'cancelled'] as const) {
+      expect(cancelView(makeJob({ status, detached: true }), null).button).toBe(false);
+    }
+  });
+
+  it('says it is cancelling while the request is out, and why it failed while the job still runs', () => {
+    const job = makeJob({ status: 'running', detached: true });
+    expect(cancelView(job, { asking: true, error: null })).toMatchObject({
+      label: 'Cancelling…',
+      disabled: true
+    });
+    expect(cancelView(job, { asking: false, error: 'Could not cancel the job: gone' }).error).toBe(
+      'Could not cancel the job: gone'
+    );
+    expect(
+      cancelView(makeJob({ status: 'cancelled', detached: true }), { asking: false, error: 'x' }).error
+    ).toBeNull();
+  });
+});
+
+describe('JobCancelTracker', () => {
+  it('cancels through the server once, redrawing the row before and after, and keeps a failure', async () => {
+    const cancelled: string[] = [];
+    const seen: (IJobCancelState | null)[] = [];
+    const tracker: JobCancelTracker = new JobCancelTracker(
+      async id => {
+        cancelled.push(id);
+        if (id === 'job-2') {
+          throw new Error('409 the job has ended');
+        }
+      },
+      id => seen.push(tracker.state(id))
+    );
+    const first = tracker.cancel('job-1');
+    void tracker.cancel('job-1'); // a second click while the first is out: ignored
+    await first;
+    await tracker.cancel('job-2');
+    expect(cancelled).toEqual(['job-1', 'job-2']);
+    expect(seen).toEqual([
+      { asking: true, error: null },
+      { asking: false, error: null },
+      { asking: true, error: null },
+      { asking: false, error: 'Could not cancel the job: 409 the job has ended' }
+    ]);
   });
 });
 

@@ -1,6 +1,7 @@
 """A detached job in the side panel of a real JupyterLab: still listed running, first, after the Jupyter
-server was restarted mid-job, and a JupyterLab notification when it ends. The job runs in the
-user's agent, started by the notebook kernel that submitted it."""
+server was restarted mid-job, and a JupyterLab notification when it ends; a second one cancelled
+by the panel's Cancel button. The jobs run in the user's agent, started by the notebook kernel that
+submitted them."""
 
 from __future__ import annotations
 
@@ -74,6 +75,17 @@ def test_a_detached_job_is_listed_running_after_a_server_restart_and_its_end_is_
             page.screenshot(path=str(artifacts / "detached-ended.png"))
             toast = page.locator(".Toastify__toast").filter(has_text=f"Job {job} on pool kept succeeded")
             expect(toast).to_have_count(1, timeout=10_000)
+
+            # a second one, never released, is cancelled from the panel's Cancel button
+            held = kernel.run(CELL.format(release=str(tmp_path / "never")), timeout=60)
+            held_id = re.search(r"(job-[0-9a-f]{8}) runs on pool 'kept', detached", held.stdout)
+            assert held_id, held.text
+            held_row = panel.locator(f'.gpugeek-job-row[data-job-id="{held_id.group(1)}"]')
+            expect(held_row.locator(".gpugeek-status")).to_have_text("running", timeout=READY_TIMEOUT_MS)
+            held_row.locator(".gpugeek-job-cancel-button").click()
+            expect(held_row.locator(".gpugeek-status")).to_have_text("cancelled", timeout=15_000)
+            expect(held_row.locator(".gpugeek-job-cancel-button")).to_have_count(0)
+            page.screenshot(path=str(artifacts / "detached-cancelled.png"))
         finally:
             left = second.stop()
             assert left == [], left
