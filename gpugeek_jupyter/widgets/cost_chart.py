@@ -30,7 +30,7 @@ def bar_chart(breakdowns: list[CostBreakdown], title: str = "Cost by pool and jo
     fig = figure(
         x_range=FactorRange(factors=labels),
         height=320,
-        width=max(420, 90 * len(labels)),
+        width=max(560, 90 * len(labels) + 160),  # the legend's column on the right
         title=title,
         toolbar_location=None,
     )
@@ -47,8 +47,14 @@ def bar_chart(breakdowns: list[CostBreakdown], title: str = "Cost by pool and jo
     )
     fig.yaxis.axis_label = "USD"
     fig.xaxis.major_label_orientation = 0.6 if len(labels) > 4 else 0.0
-    fig.legend.location = "top_left"
-    return fig
+    # beside the bars, not over them (inside, the legend covered the first pool's bar)
+    legend = fig.legend[0]
+    fig.center = [item for item in fig.center if item is not legend]
+    fig.add_layout(legend, "right")
+    legend.location = "top_left"
+    from .theme import apply_palette, palette
+
+    return apply_palette(fig, palette())
 
 
 def _unique(labels: list[str]) -> list[str]:

@@ -136,7 +136,7 @@ class CostMeter(widgets.VBox):
             self._bar.value = min(1.0, b.budget_fraction or 0.0)
             self._bar.bar_style = {"ok": "success", "warning": "warning", "exceeded": "danger"}[self.level]
         cells = "".join(
-            f"<tr><td style='padding:0 12px 0 0;color:#57606a'>{html.escape(k)}</td>"
+            f"<tr><td style='padding:0 12px 0 0;color:var(--jp-ui-font-color1, #3d444d)'>{html.escape(k)}</td>"
             f"<td style='color:{colour if k == 'budget USD' else 'inherit'}'>{html.escape(v)}</td></tr>"
             for k, v in rows
         )

@@ -39,6 +39,30 @@ log = logging.getLogger(__name__)
 
 MAX_LINES = 8  # more series than this are drawn as a heatmap
 GIB = float(2**30)
+BUSY_PCT = 10.0  # SM % (or CPU %, 100 = one core) above which a sample counts as work
+IDLE_VIEW_SECONDS = 60.0  # what the time axis shows of a pool that has not worked in the window
+
+
+def busy_window(times: np.ndarray, util: np.ndarray, end: float, window_seconds: float) -> tuple[float, float]:
+    """The time axis's span: the last ``window_seconds`` up to ``end``, narrowed to the part where
+    the pool worked (from a little before its first busy sample in the window), so that a job on
+    a pool that idled for minutes is not a sliver at the right edge; the last minute when it did
+    not work at all. Times in seconds.
+
+    >>> t = np.arange(0.0, 301.0)
+    >>> busy_window(t, np.where(t >= 280, 90.0, 1.0), 300.0, 300.0)   # busy for the last 20 s
+    (270.0, 300.0)
+    >>> busy_window(t, np.ones_like(t), 300.0, 300.0)                    # idle: the last minute
+    (240.0, 300.0)
+    """
+    start = end - window_seconds
+    recent = times >= start
+    busy = times[recent & (np.nan_to_num(util, nan=0.0) > BUSY_PCT)]
+    if not len(busy):
+        return max(start, end - IDLE_VIEW_SECONDS), end
+    first = float(busy.min())
+    margin = max(10.0, 0.2 * (end - first))  # the idle lead-in, to see the job begin
+    return max(start, first - margin), end
 
 _open_panels: list[MonitorPanel] = []
 _open_lock = threading.Lock()
@@ -181,6 +205,11 @@ class MonitorPanel:
         self._mean_source: ColumnDataSource | None = None
         self._heat_range: FactorRange | None = None
         self._last_column_time: float | None = None
+        from .theme import palette
+
+        self._palette = palette()  # JupyterLab's theme (light or dark) when the panel is made
+        self._recent_times = np.empty(0)  # the window's sample times and utilizations (the time axis)
+        self._recent_util = np.empty(0)
         self._last_sample_time: float | None = None
         self._note = ""
         self._errors: dict[tuple[str, int], str] = {}  # (worker name, gpu) -> newest error
@@ -345,7 +374,9 @@ class MonitorPanel:
         )
         if isinstance(plot.title, Title):
             plot.title.text_font_size = "10pt"
-        return plot
+        from .theme import apply_palette
+
+        return apply_palette(plot, self._palette)
 
     def _build(self, mode: str) -> None:
         """Create the plots for ``mode`` (once, or once more when a pool grows past 8 series)."""
@@ -353,24 +384,34 @@ class MonitorPanel:
         self._sources = []
         util_title = "SM utilization %" if self._kind == "gpu" else "CPU % (100 = one core)"
         if mode == "lines":
-            x_range = DataRange1d(follow="end", follow_interval=self.window_seconds * 1000, range_padding=0)
-            util_kwargs = {"y_range": Range1d(start=0, end=105)} if self._kind == "gpu" else {}
-            self._util_plot = self._figure(util_title, 210, x_range=x_range, **util_kwargs)
+            # one span for both plots, set from the data (busy_window), not the whole of the buffer
+            self._x_range = x_range = Range1d(start=0, end=1)
+            # every y axis starts at 0: a line at 0.18 GiB must not look like an empty worker
+            util_range = Range1d(start=0, end=105) if self._kind == "gpu" else DataRange1d(start=0)
+            self._util_plot = self._figure(util_title, 210, x_range=x_range, y_range=util_range)
             memory_title = "GPU memory used, GiB" if self._kind == "gpu" else "RSS, GiB"
-            self._memory_plot = self._figure(memory_title, 170, x_range=x_range)
+            self._memory_plot = self._figure(memory_title, 170, x_range=x_range, y_range=DataRange1d(start=0))
             for plot in (self._util_plot, self._memory_plot):
-                plot.add_layout(Legend(items=[], location="top_left", label_text_font_size="8pt"), "right")
+                legend = Legend(
+                    items=[],
+                    location="top_left",
+                    label_text_font_size="8pt",
+                    label_text_color=self._palette.text,
+                    background_fill_color=self._palette.background,
+                    border_line_color=self._palette.grid,
+                )
+                plot.add_layout(legend, "right")
             self._plots.children = [self._util_plot, self._memory_plot]
             self._grow()
         else:
             labels = self._series.ordered_labels()
             rows = len(labels)
             self._heat_range = FactorRange(factors=labels)
-            x_range = DataRange1d(follow="end", follow_interval=self.window_seconds * 1000, range_padding=0)
+            heat_x_range = DataRange1d(follow="end", follow_interval=self.window_seconds * 1000, range_padding=0)
             heat = self._figure(
                 f"{util_title}, per {'GPU' if self._kind == 'gpu' else 'worker'}",
                 int(min(900, max(260, 12 * rows + 90))),
-                x_range=x_range,
+                x_range=heat_x_range,
                 y_range=self._heat_range,
             )
             heat.yaxis.major_label_text_font_size = "7pt" if rows > 32 else "8pt"
@@ -388,7 +429,7 @@ class MonitorPanel:
             heat.add_layout(ColorBar(color_mapper=mapper, width=8), "right")
             heat.add_tools(HoverTool(tooltips=[("", "@series"), ("%", "@util{0.0}")]))
             self._mean_source = ColumnDataSource({"t": [], "util": []})
-            mean = self._figure(f"mean {util_title}", 160, x_range=x_range)
+            mean = self._figure(f"mean {util_title}", 160, x_range=heat_x_range)
             mean.line(x="t", y="util", source=self._mean_source, line_width=2)
             self._plots.children = [heat, mean]
 
@@ -407,9 +448,29 @@ class MonitorPanel:
             self._util_plot.legend[0].items.append(LegendItem(label=label, renderers=[util_line]))
             self._memory_plot.legend[0].items.append(LegendItem(label=label, renderers=[memory_line]))
             self._sources.append(source)
+        self._order_series()
+
+    def _order_series(self) -> None:
+        """Legend entries in worker (then GPU) order, and lines drawn in that order, so worker 0 is
+        first in the legend and at the bottom of the drawing, whatever order the workers came in."""
+        keys = dict(zip(self._series.labels, self._series.sort_keys))
+        for plot in (self._util_plot, self._memory_plot):
+            legend = plot.legend[0]
+            legend.items = sorted(legend.items, key=lambda item: keys[item.label.value])
+            lines = [r for item in legend.items for r in item.renderers]
+            plot.renderers = [r for r in plot.renderers if r not in lines] + lines
 
     def _stream_lines(self, index: np.ndarray, times: np.ndarray, util: np.ndarray, used: np.ndarray) -> None:
         rollover = self._window_points()
+        self._recent_times = np.concatenate([self._recent_times, times])
+        self._recent_util = np.concatenate([self._recent_util, util])
+        end = float(self._recent_times.max())
+        keep = self._recent_times >= end - self.window_seconds
+        self._recent_times, self._recent_util = self._recent_times[keep], self._recent_util[keep]
+        start, end = busy_window(self._recent_times, self._recent_util, end, self.window_seconds)
+        if end - start < 1.0:  # a first sample: a span that shows it
+            start = end - 1.0
+        self._x_range.start, self._x_range.end = start * 1000.0, end * 1000.0
         for series in np.unique(index).tolist():
             mask = index == series
             order = np.argsort(times[mask], kind="stable")
@@ -491,12 +552,12 @@ class MonitorPanel:
             parts.append(dt.datetime.fromtimestamp(self._last_sample_time).strftime("%H:%M:%S"))
         lines = [" &middot; ".join(parts)]
         if self._kind == "cpu" and self._note:
-            lines.append(f"<span style='color:#57606a'>no GPU: {html.escape(self._note)}</span>")
+            lines.append(f"<span style='color:var(--jp-ui-font-color1, #3d444d)'>no GPU: {html.escape(self._note)}</span>")
         elif self._note:
-            lines.append(f"<span style='color:#57606a'>{html.escape(self._note)}</span>")
+            lines.append(f"<span style='color:var(--jp-ui-font-color1, #3d444d)'>{html.escape(self._note)}</span>")
         problems = self._problems()
         if problems:
-            lines.append("<span style='color:#9a6700'>" + "<br>".join(html.escape(p) for p in problems) + "</span>")
+            lines.append("<span style='color:var(--jp-warn-color0, #9a6700)'>" + "<br>".join(html.escape(p) for p in problems) + "</span>")
         if (
             not self.running
             and self._thread is not None

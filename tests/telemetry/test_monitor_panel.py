@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 from bokeh.models import ColumnDataSource, FactorRange
 
@@ -181,3 +182,34 @@ def test_a_stopped_feed_ends_the_panel_with_a_note(simulated) -> None:
 def test_a_pool_with_telemetry_off_gets_a_panel_that_says_so(feed: None) -> None:
     panel = MonitorPanel(feed, "quiet")
     assert "telemetry is off" in panel.headline.text and not panel.start().running
+
+
+def test_the_legend_and_the_drawing_follow_worker_order_whatever_order_workers_came_in(simulated) -> None:
+    workers = simulated(workers=3, gpus=1)
+    feed = _feed()
+    answers = workers.answers()
+    feed.ingest(dict(reversed(list(answers.items()))))  # worker 2 answers first
+    panel = MonitorPanel(feed, "sim")
+    for plot in (panel._util_plot, panel._memory_plot):
+        legend = [item.label.value for item in plot.legend[0].items]
+        assert legend == ["0:0", "1:0", "2:0"], legend
+        drawn = [r for r in plot.renderers if any(r in item.renderers for item in plot.legend[0].items)]
+        assert drawn == [item.renderers[0] for item in plot.legend[0].items]  # worker 0 first, at the bottom
+
+
+def test_the_axes_start_at_zero_and_the_time_axis_shows_the_busy_part_of_the_window(simulated) -> None:
+    from gpugeek_jupyter.widgets.monitor import busy_window
+
+    workers = simulated(workers=1, gpus=1)
+    feed = _feed()
+    for _ in range(5):
+        feed.ingest(workers.answers())
+    panel = MonitorPanel(feed, "sim")
+    assert panel._memory_plot.y_range.start == 0 and panel._util_plot.y_range.start == 0
+    columns = feed.buffer.columns()
+    start, end = busy_window(columns["time"], columns["sm_util_pct"], float(columns["time"].max()), 300.0)
+    assert (panel._x_range.start, panel._x_range.end) == (start * 1000.0, end * 1000.0)
+    # a pool idle for four minutes, then busy for 20 s: the axis shows the job, not the idle minutes
+    times = np.arange(0.0, 261.0)
+    util = np.where(times >= 240, 95.0, 0.0)
+    assert busy_window(times, util, 260.0, 300.0) == (230.0, 260.0)
