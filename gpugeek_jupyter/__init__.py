@@ -35,6 +35,7 @@ __all__ = [
     "launch",
     "list_pools",
     "load_ipython_extension",
+    "log",
     "schedule",
 ]
 
@@ -48,6 +49,8 @@ _LAZY = {
     "Schedule": ("gpugeek_jupyter.schedules", "Schedule"),
     # a script or cell run every day or by cron, by the agent (gpugeek_jupyter.schedules.schedule)
     "schedule": ("gpugeek_jupyter.schedules", "schedule"),
+    # gg.log for scripts run as jobs: training metrics kept with the job (gpugeek_jupyter.jobs.metrics)
+    "log": ("gpugeek_jupyter.jobs.metrics", "log_metrics"),
 }
 
 
@@ -97,7 +100,7 @@ def launch(keep: bool = False, **options: Any) -> Pool:
 
 def job(job_id: str) -> JobHandle:
     """The handle of job ``job_id`` from any process of the user: ``.status()``, ``.logs()``,
-    ``.wait()``, ``.result()``, ``.cancel()``, ``.where()``.
+    ``.wait()``, ``.result()``, ``.cancel()``, ``.where()``, ``.metrics()`` (its ``gg.log`` values).
 
     >>> gpugeek_jupyter.job("job-1a2b3c4d").wait().result().values   # doctest: +SKIP
     """

@@ -17,6 +17,8 @@ from .results import load_result
 from .stream import follow
 
 if TYPE_CHECKING:
+    import pandas
+
     from ..jobs.result import JobResult
     from ..jobs.where import WhereReport
 
@@ -93,6 +95,13 @@ class JobHandle:
             return self._follow_lines(rank)
         ranks = [rank] if rank is not None else JobLogs.ranks(self.id)
         return "".join(JobLogs.read(self.id, r) for r in ranks)
+
+    def metrics(self) -> pandas.DataFrame:
+        """The values its ranks logged with ``gg.log`` so far (``job, attempt, rank, step, time,
+        name, value``), while it runs too."""
+        from ..jobs.metrics import metrics_frame
+
+        return metrics_frame(self.id)
 
     def cancel(self, reason: str = "cancelled from its handle") -> JobHandle:
         """Stop the job (a queued one leaves its pool's queue)."""

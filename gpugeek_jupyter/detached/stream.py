@@ -2,7 +2,8 @@
 
 The agent appends one JSON line per event to ``<job logs>/<job id>/events.jsonl`` as it comes:
 ``{"seq", "at", "rank", "kind", ...}`` with ``kind`` ``out`` (``stream``, ``text``), ``progress``
-(a bar's state), ``notice`` (``text``: a restart, a wait in the queue) or ``end`` (the job's
+(a bar's state), ``metrics`` (``attempt`` and ``rows``: a batch of ``gg.log`` values,
+``[step, time, name, value]`` each, a NaN as ``null``), ``notice`` (``text``: a restart, a wait in the queue) or ``end`` (the job's
 ``status`` and ``failure``; always the last line). A follower reads from the first line, then waits
 for more, and stops after the ``end`` line, as Ray's job log tail does: every follower gets the
 replay, then the live lines. The stream is bounded by ``job_log_bytes``: past it, output events are
@@ -13,6 +14,7 @@ the per-rank logs (:mod:`gpugeek_jupyter.jobs.logs`) still keep each rank's star
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -71,6 +73,10 @@ class StreamWriter:
 
     def progress(self, rank: int, state: dict[str, Any]) -> None:
         self._put({"rank": rank, "kind": "progress", "state": state})
+
+    def metrics(self, attempt: int, rank: int, rows: list[tuple[int, float, str, float]]) -> None:
+        shown = [[step, at, name, value if math.isfinite(value) else None] for step, at, name, value in rows]
+        self._put({"rank": rank, "kind": "metrics", "attempt": attempt, "rows": shown})
 
     def notice(self, text: str) -> None:
         self._put({"rank": None, "kind": "notice", "text": text})

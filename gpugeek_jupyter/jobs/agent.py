@@ -30,7 +30,7 @@ from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
 from ..store import JobStatus
 from . import rank as rank_side
 from .events import CancelRequested, Events, PoolStopping, WorkerRemoved, rank_event
-from .logs import JobLogs
+from .logs import JobLogs, MetricsCallback
 from .names import RanksHold, Shipment
 from .payload import OUTPUT_TOPIC, CellCode, RankJob, RankOutcome
 from .pool_queue import PoolQueue, WaitCallback
@@ -83,9 +83,11 @@ class JobAgent:
         on_notice: NoticeCallback | None = None,
         on_progress: ProgressCallback | None = None,
         on_wait: WaitCallback | None = None,
+        on_metrics: MetricsCallback | None = None,
     ) -> JobResult:
         """Run ``request`` on every worker, once its turn in the pool's queue came (``on_wait`` is
-        told while it waits); the result also when the job failed.
+        told while it waits); the result also when the job failed. ``on_metrics(attempt, rank,
+        rows)`` is told each batch of the ranks' ``gg.log`` values once kept.
 
         A ``KeyboardInterrupt`` (the notebook's interrupt) stops the job on every rank and returns a
         ``cancelled`` result; while the job waits, it leaves the queue (``cancelled while queued``).
@@ -127,7 +129,7 @@ class JobAgent:
                 if turn.previous != self._last_job:  # another process ran ranks here since: its group is gone
                     self.group = None
                 self._last_job = job_id
-                result = self._run(job_id, record, request, output, on_notice or log.info, on_progress)
+                result = self._run(job_id, record, request, output, on_notice or log.info, on_progress, on_metrics)
         except BaseException as e:  # between the turn and the run: the row must not stay running
             record.crashed(e)
             raise
@@ -170,12 +172,14 @@ class JobAgent:
         on_output: OutputCallback,
         on_notice: NoticeCallback,
         on_progress: ProgressCallback | None,
+        on_metrics: MetricsCallback | None = None,
     ) -> JobResult:
         started = time.monotonic()  # a timeout counts from here: the wait in the queue is apart
         deadline = started + request.timeout if request.timeout else None
         events: Events = queue.Queue()
         self._events[job_id] = events
         logs = JobLogs(job_id)
+        logs.on_metrics = on_metrics
         restarts, not_started = 0, 0
         sizes: list[int] = []  # the world size of each attempt that ran, when it changed (elastic jobs)
         try:

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 _MAX_COLLECTED_OUTPUT = 1_000_000  # characters kept per rank with --no-stream
 PROGRESS_INTERVAL_S = 0.1  # a bar sends at most this often (its final state always)
+METRICS_INTERVAL_S = 0.5  # gg.log values buffered on a rank are sent at least this often (see .metrics)
+METRICS_BATCH = 2000  # ... or as soon as this many are buffered
 
 
 class _State:
@@ -72,6 +74,8 @@ class Forwarder:
         self._last_emit = 0.0
         self._timer_armed = False
         self._progress_ended = False
+        self._metrics: list[tuple[int, float, str, float]] = []  # gg.log rows not sent yet
+        self._metrics_timer = False
         self._lock = threading.Lock()
 
     def write(self, stream: str, text: str) -> None:
@@ -98,6 +102,35 @@ class Forwarder:
         with self._lock:
             if self._pending:
                 self._emit_locked(time.monotonic(), whole_lines=False)
+            self._send_metrics_locked()
+
+    def metrics(self, rows: list[tuple[int, float, str, float]]) -> None:
+        """Buffer ``gg.log`` rows (:mod:`.metrics`): sent every ``METRICS_INTERVAL_S``, every
+        ``METRICS_BATCH`` rows and at :meth:`flush`; counted in :attr:`sent`, whatever ``stream``."""
+        with self._lock:
+            if self._progress_ended:
+                return
+            self._metrics.extend(rows)
+            if len(self._metrics) >= METRICS_BATCH:
+                self._send_metrics_locked()
+            elif not self._metrics_timer:
+                self._metrics_timer = True
+                self.loop.call_soon_threadsafe(self.loop.call_later, METRICS_INTERVAL_S, self._on_metrics_timer)
+
+    def _on_metrics_timer(self) -> None:
+        with self._lock:
+            self._metrics_timer = False
+            self._send_metrics_locked()
+
+    def _send_metrics_locked(self) -> None:
+        if not self._metrics:
+            return
+        rows, self._metrics = self._metrics, []
+        self.worker.log_event(
+            OUTPUT_TOPIC,
+            {"job": self.job_id, "launch": self.launch, "rank": self.rank, "seq": self.sent, "metrics": rows},
+        )
+        self.sent += 1
 
     def progress(self, state: dict[str, Any]) -> None:
         """Send a progress bar's state; counted in :attr:`sent`, so the driver waits for it too.
@@ -188,6 +221,11 @@ class _RoutedStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._original, name)
+
+
+def current_forwarder() -> Forwarder | None:
+    """The forwarder of the job running in this worker (None outside a job)."""
+    return _state.forwarder
 
 
 def install(loop_thread: int) -> None:

@@ -14,6 +14,8 @@ event              emitted by                                      when
                    (:func:`rank_event`, on dask's event thread)    :mod:`.capture`, lines coalesced)
 ``RankProgress``   the same subscription                           a rank's tqdm bar moved or closed
                                                                    (:mod:`.capture`)
+``RankMetrics``    the same subscription                           a rank's ``gg.log`` values, a
+                                                                   batch (:mod:`.metrics`)
 ``RankEnded``      the same subscription                           a rank's code ended other than
                                                                    ``ok``, sent before its answer so
                                                                    the others stop at once (:mod:`.rank`)
@@ -67,6 +69,15 @@ class RankProgress:
 
 
 @dataclass(frozen=True)
+class RankMetrics:
+    """A batch of a rank's ``gg.log`` values: ``(step, time, name, value)`` rows."""
+
+    launch: str
+    rank: int
+    rows: list[tuple[int, float, str, float]]
+
+
+@dataclass(frozen=True)
 class RankEnded:
     """A rank's code ended with ``status`` other than ``ok`` (its answer follows)."""
 
@@ -96,11 +107,13 @@ class CancelRequested:
     reason: str
 
 
-JobEvent = RankAnswered | RankOutput | RankProgress | RankEnded | WorkerRemoved | PoolStopping | CancelRequested
+JobEvent = (
+    RankAnswered | RankOutput | RankProgress | RankMetrics | RankEnded | WorkerRemoved | PoolStopping | CancelRequested
+)
 Events = queue.Queue[JobEvent]
 
 
-def rank_event(message: dict[str, Any]) -> RankOutput | RankProgress | RankEnded:
+def rank_event(message: dict[str, Any]) -> RankOutput | RankProgress | RankMetrics | RankEnded:
     """The event a rank's ``OUTPUT_TOPIC`` message stands for.
 
     >>> rank_event({"job": "j", "launch": "ab12", "rank": 1, "seq": 0, "stream": "stdout", "text": "hi\\n"})
@@ -113,4 +126,7 @@ def rank_event(message: dict[str, Any]) -> RankOutput | RankProgress | RankEnded
         return RankEnded(launch, rank, str(message["ended"]))
     if "progress" in message:
         return RankProgress(launch, rank, dict(message["progress"]))
+    if "metrics" in message:
+        rows = [(int(step), float(at), str(name), float(value)) for step, at, name, value in message["metrics"]]
+        return RankMetrics(launch, rank, rows)
     return RankOutput(launch, rank, str(message["stream"]), str(message["text"]))

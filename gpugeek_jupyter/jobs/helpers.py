@@ -85,6 +85,18 @@ class Helpers:
         )
 
     # -- precision ---------------------------------------------------------------------------------
+    def log(self, step: int, **values: Any) -> None:
+        """Record training metrics of this rank at ``step`` (numbers: floats, ints, numpy scalars,
+        one-element tensors; a NaN is kept): buffered and sent with the rank's output, never a
+        collective. They are kept with the job: ``result.metrics()``,
+        ``gpugeek_jupyter.job(id).metrics()``, ``GET /gpugeek/jobs/<id>/metrics``.
+
+        >>> gg.log(step=step, loss=loss.item(), step_s=time.perf_counter() - t0)   # doctest: +SKIP
+        """
+        from .metrics import log_values
+
+        log_values(step, values)
+
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """``torch.autocast`` for this rank's device under ``--amp``; a no-op otherwise."""
         import torch

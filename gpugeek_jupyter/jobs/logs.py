@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 MEMORY_CHARS = 1_000_000  # kept per rank in memory for JobResult.output
 FLUSH_S = 0.5  # a rank's log reaches the disk at least this often while the job runs
 STATES_FILE = "ranks.json"  # each rank's state while the job runs and after: running, done, failed, ...
+Row = tuple[int, float, str, float]  # a gg.log value: (step, time, name, value)
+MetricsCallback = Callable[[int, int, list[Row]], None]  # (attempt, rank, [(step, time, name, value)])
+METRICS_FILE_NAME = "metrics.jsonl"  # the ranks' gg.log values (see .metrics)
+METRICS_ROWS = 500_000  # rows kept per rank and attempt; past half of it, ever coarser (MetricsFile)
+COARSER_LEVELS = 20  # past METRICS_ROWS / 2 rows, this many levels, each keeping half as many steps
 PRUNE_LISTING_JOBS = 100  # the logs folder is listed again after this many jobs (other processes' jobs count)
 
 
@@ -120,6 +125,43 @@ class _RankLog:
         self.file.close()
 
 
+class MetricsFile:
+    """One job's ``metrics.jsonl``, appended to as batches arrive, bounded per rank and attempt."""
+
+    def __init__(self, path: Path, limit: int = METRICS_ROWS) -> None:
+        self.path = path
+        self.limit = max(2, limit)
+        self.kept: dict[tuple[int, int], int] = {}  # rows kept per (attempt, rank)
+        self.file = path.open("a", encoding="utf-8")
+
+    def stride(self, attempt: int, rank: int) -> int | None:
+        """Every how many steps a row is kept now (None: no more). The first ``limit / 2`` rows at
+        full grain; then ``COARSER_LEVELS`` levels of ``limit / (2 * COARSER_LEVELS)`` rows each, the
+        n-th keeping every ``2**n``-th step: ``limit`` rows span ``limit / 40 * 2**21`` steps, the
+        start at full grain and the rest ever coarser."""
+        kept, half = self.kept.get((attempt, rank), 0), self.limit // 2
+        if kept < half:
+            return 1
+        level = 1 + (kept - half) // max(1, (self.limit - half) // COARSER_LEVELS)
+        return 2**level if level <= COARSER_LEVELS else None
+
+    def write(self, attempt: int, rank: int, rows: list[Row]) -> None:
+        stride = self.stride(attempt, rank)
+        if stride is None:
+            return
+        if stride > 1:
+            rows = [row for row in rows if row[0] % stride == 0]
+        if not rows:
+            return
+        self.kept[(attempt, rank)] = self.kept.get((attempt, rank), 0) + len(rows)
+        line = json.dumps({"attempt": attempt, "rank": rank, "rows": [list(r) for r in rows]}, separators=(",", ":"))
+        self.file.write(line + "\n")
+        self.file.flush()  # a rank sends a batch at most every METRICS_INTERVAL_S: readers see it at once
+
+    def close(self) -> None:
+        self.file.close()
+
+
 def _last_lines(path: Path, count: int, chunk: int = 65536) -> list[str]:
     """The last ``count`` lines of a rank's log (its tail segments, else its file), read from the
     end: a poll of a long job reads kilobytes, not the whole log."""
@@ -168,6 +210,11 @@ class JobLogs:
         self._states: dict[int, str] = {}
         self._states_written: dict[int, str] | None = None  # what ranks.json says (None: not written)
         self._disk_failed = not on_disk
+        self.attempt = 0  # the attempt that writes now (restarts count up, see mark_attempt)
+        self._metrics: MetricsFile | None = None
+        # told every batch of gg.log values as it is kept: (attempt, rank, rows); e.g. a detached
+        # job's event stream, a live chart
+        self.on_metrics: MetricsCallback | None = None
 
     def _make_directory(self) -> None:
         if self._made:
@@ -201,8 +248,27 @@ class JobLogs:
 
     def mark_attempt(self, attempt: int) -> None:
         """A restart: later output is another attempt's (said in every rank's file)."""
+        self.attempt = attempt
         for rank in list(self._ranks):
             self.write(rank, f"\n--- attempt {attempt + 1} ---\n")
+
+    def write_metrics(self, rank: int, rows: list[Row]) -> None:
+        """Keep a batch of ``rank``'s ``gg.log`` values with the job (``metrics.jsonl``, bounded:
+        see :mod:`.metrics`), then tell :attr:`on_metrics`."""
+        with self._lock:
+            if not self._disk_failed:
+                try:
+                    if self._metrics is None:
+                        self._make_directory()
+                        self._metrics = MetricsFile(self.directory / METRICS_FILE_NAME)
+                    self._metrics.write(self.attempt, rank, rows)
+                except OSError as e:
+                    self._give_up_disk(e)
+        if self.on_metrics is not None:
+            try:
+                self.on_metrics(self.attempt, rank, rows)
+            except Exception as e:  # a display or a stream failing must not lose the job
+                log.warning("job %s: the metrics of rank %d could not be shown: %s", self.job_id, rank, e)
 
     def text(self, rank: int) -> str:
         """What ``rank`` wrote, up to ``MEMORY_CHARS`` characters."""
@@ -219,6 +285,12 @@ class JobLogs:
                 except OSError as e:
                     log.warning("job %s: could not finish the log of a rank: %s", self.job_id, e)
             self._ranks.clear()
+            if self._metrics is not None:
+                try:
+                    self._metrics.close()
+                except OSError as e:
+                    log.warning("job %s: could not finish its metrics: %s", self.job_id, e)
+                self._metrics = None
             if self._states_written is not None:
                 self.write_states()
             if self._made:  # a new folder: the oldest beyond job_logs_keep go, off the job's path

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import JobFailedError, JobInterruptedError, JobTimeoutError
 from ..store import JobStatus
+
+if TYPE_CHECKING:
+    import pandas
 
 
 @dataclass
@@ -80,6 +83,16 @@ class JobResult:
         from .logs import JobLogs
 
         return JobLogs.read(self.job_id, rank)
+
+    def metrics(self) -> pandas.DataFrame:
+        """Every value the ranks logged with ``gg.log``, one row each: ``job, attempt, rank, step,
+        time, name, value`` (kept with the job on disk, see :mod:`gpugeek_jupyter.jobs.metrics`).
+
+        >>> result.metrics().pivot_table(index="step", columns="rank", values="value")   # doctest: +SKIP
+        """
+        from .metrics import metrics_frame
+
+        return metrics_frame(self.job_id)
 
     def report(self) -> str:
         """The failing rank's traceback, each line labelled with its rank, then the one-line reason."""

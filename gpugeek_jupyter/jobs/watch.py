@@ -22,6 +22,7 @@ from .events import (
     PoolStopping,
     RankAnswered,
     RankEnded,
+    RankMetrics,
     RankOutput,
     RankProgress,
     WorkerRemoved,
@@ -162,6 +163,8 @@ class AttemptWatch:
                 self._output(event)
             case RankProgress():
                 self._progress(event)
+            case RankMetrics():
+                self._metrics(event)
             case RankEnded(launch=launch, rank=rank) if launch == self.launch:  # not a late word from an earlier launch
                 self._rank_failed(rank)
             case RankAnswered(address=address, answer=answer):
@@ -214,6 +217,11 @@ class AttemptWatch:
             self.on_progress(event.rank, dict(event.progress))
         except Exception as e:  # the display failing must not lose the job
             log.warning("could not show the progress of rank %s: %s", event.rank, e)
+
+    def _metrics(self, event: RankMetrics) -> None:
+        if event.launch == self.launch:
+            self.received[event.rank] = self.received.get(event.rank, 0) + 1
+            self.logs.write_metrics(event.rank, event.rows)
 
     def _show(self, rank: int, stream: str, text: str) -> None:
         self._keep(rank, text)
@@ -346,6 +354,8 @@ class AttemptWatch:
                     self._output(event)
                 case RankProgress():
                     self._progress(event)
+                case RankMetrics():
+                    self._metrics(event)
 
     # -- the verdict ---------------------------------------------------------------------------
     def outcome(self) -> AttemptResult:

@@ -27,7 +27,13 @@ from ..store import JobStatus, Registry
 from . import schedule_request
 from .job_request import parse_job_body
 from .launch_request import parse_launch_body
-from .queries import parse_changes_query, parse_jobs_query, parse_output_query, parse_pools_query
+from .queries import (
+    parse_changes_query,
+    parse_jobs_query,
+    parse_output_query,
+    parse_pools_query,
+    parse_team_query,
+)
 from .service import GpugeekService
 from .settings import AUTH_RESOURCE, SERVICE_SETTING, WRITES_EXECUTOR_SETTING
 
@@ -160,6 +166,13 @@ class JobOutputHandler(GpugeekHandler):
         await self.answer(self.service.job_output, job_id, query.lines)
 
 
+class JobMetricsHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        await self.answer(self.service.job_metrics, job_id, self.get_query_argument("name", None))
+
+
 class JobWhereHandler(GpugeekHandler):
     @web.authenticated
     @authorized
@@ -276,6 +289,27 @@ class CatalogHandler(GpugeekHandler):
         await self.answer(self.service.catalog)
 
 
+def team_viewer(user: Any) -> Any:
+    """Who asks, for the team's spend: under JupyterHub the hub's identity of the caller (the single-user
+    server's ``current_user.hub_user``, the hub's own model with its ``admin`` flag and the token's
+    scopes); outside a hub, whoever holds this server's token runs code with its ledger URL anyway,
+    so they see every row."""
+    from ..cost.team import Viewer, current_user, viewer_from_hub_model
+
+    hub_user = getattr(user, "hub_user", None)
+    if isinstance(hub_user, dict) and hub_user.get("name"):
+        return viewer_from_hub_model(hub_user)
+    return Viewer(name=current_user(), admin=True)
+
+
+class TeamHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        query = parse_team_query({key: self.get_query_argument(key) for key in self.request.query_arguments})
+        await self.answer(self.service.team, query.since, query.until, query.user, team_viewer(self.current_user))
+
+
 class OpenApiHandler(GpugeekHandler):
     @web.authenticated
     @authorized
@@ -306,12 +340,14 @@ def route_table(base_url: str) -> list[tuple[str, type[web.RequestHandler]]]:
         (r"jobs/(?P<job_id>[^/]+)", JobHandler),
         (r"jobs/(?P<job_id>[^/]+)/where", JobWhereHandler),
         (r"jobs/(?P<job_id>[^/]+)/output", JobOutputHandler),
+        (r"jobs/(?P<job_id>[^/]+)/metrics", JobMetricsHandler),
         ("schedules", SchedulesHandler),
         (r"schedules/(?P<schedule_id>[^/]+)", ScheduleHandler),
         (r"schedules/(?P<schedule_id>[^/]+)/pause", SchedulePauseHandler),
         (r"schedules/(?P<schedule_id>[^/]+)/resume", ScheduleResumeHandler),
         ("changes", ChangesHandler),
         ("catalog", CatalogHandler),
+        ("team", TeamHandler),
         (r"openapi\.json", OpenApiHandler),
     ]
     return [(url_path_join(base_url, NAMESPACE, pattern) + "/?", handler) for pattern, handler in routes]

@@ -357,6 +357,23 @@ class GpugeekService:
             "tail": tail,
         }
 
+    def job_metrics(self, job_id: str, name: str | None = None) -> dict[str, Any]:
+        """The values the job's ranks logged with ``gg.log`` (``name``: that metric's only), as kept
+        with the job while it runs and after; a NaN or an infinity is ``null``.
+
+        >>> service.job_metrics("job-3f2a9c7b", name="loss")  # doctest: +SKIP
+        {'job': 'job-3f2a9c7b', 'status': 'running', 'names': ['loss'],
+         'metrics': [{'attempt': 0, 'rank': 0, 'step': 0, 'time': 1764688000.1, 'name': 'loss', 'value': 2.3}, ...]}
+        """
+        from ..jobs.metrics import metrics_records
+
+        job = self.registry.job(job_id)
+        rows = metrics_records(job_id)
+        names = sorted({row["name"] for row in rows})
+        if name is not None:
+            rows = [row for row in rows if row["name"] == name]
+        return {"job": job.id, "status": job.status.value, "names": names, "metrics": rows}
+
     def submit_job(self, fields: dict[str, Any]) -> dict[str, Any]:
         """Run a script, detached, on pool ``fields["pool"]`` (``POST /gpugeek/jobs``), which is then
         kept (one the server launched is launched again by the agent); the job once it is recorded
@@ -401,6 +418,21 @@ class GpugeekService:
         now = self.clock()
         usd = job_usd(self.registry, job, now, self.config.lost_after_seconds)
         return make_job_model(job, usd, now, positions.get(job.id))
+
+    # -- the team's spend -------------------------------------------------------------------------
+    def team(self, since: str | None, until: str | None, user: str | None, viewer: Any) -> dict[str, Any]:
+        """The team ledger's spend per user and GPU type, as ``team_report`` gives it to ``viewer``
+        (a hub admin: every user; anyone else: their own rows)."""
+        from ..cost.team import team_report
+
+        with phrased_for(Surface.SERVER):
+            rows = team_report(since=since, until=until, user=user, viewer=viewer)
+        return {
+            "viewer": viewer.name,
+            "admin": viewer.admin,
+            "rows": rows,
+            "total_usd": sum(float(r["usd"]) for r in rows),
+        }
 
     # -- catalog ---------------------------------------------------------------------------------
     def catalog(self) -> dict[str, Any]:

@@ -145,3 +145,23 @@ async def test_a_pool_launched_with_keep_through_rest_belongs_to_the_agent(
         status == 400
         and reply["message"] == '"keep" must be a boolean or null, got "yes" (a string) (e.g. "keep": true)'
     )
+
+
+async def test_a_detached_scripts_logged_metrics_are_in_its_stream_and_its_metrics_route(
+    api: Fetch, kept_pool: Any, tmp_path: Path
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os\nimport gpugeek_jupyter\nrank = int(os.environ['RANK'])\n"
+        "for step in range(3):\n    gpugeek_jupyter.log(step=step, loss=10.0 * rank + step)\n"
+    )
+    status, body = await api("POST", "jobs", body={"pool": "kept", "script_path": str(script)})
+    assert status == 201, body
+    events = await _events_until_end(api, body["job"]["id"])
+    assert events[-1]["status"] == "succeeded", events
+    streamed = sorted((e["rank"], row[0], row[3]) for e in events if e["kind"] == "metrics" for row in e["rows"])
+    expected = sorted((rank, step, 10.0 * rank + step) for rank in (0, 1) for step in range(3))
+    assert streamed == expected
+    status, kept = await api("GET", "jobs", body["job"]["id"], "metrics")
+    assert status == 200 and kept["names"] == ["loss"]
+    assert sorted((row["rank"], row["step"], row["value"]) for row in kept["metrics"]) == expected

@@ -28,6 +28,7 @@ ROUTES = [
     ("GET", ("jobs",)),
     ("GET", ("jobs", "job-1")),
     ("GET", ("jobs", "job-1", "output")),
+    ("GET", ("jobs", "job-1", "metrics")),
     ("GET", ("changes",)),
     ("GET", ("catalog",)),
     ("GET", ("openapi.json",)),
