@@ -256,6 +256,7 @@ class AgentService:
                 on_notice=stream.notice,
                 on_progress=stream.progress,
                 on_wait=lambda wait: stream.notice(wait.describe()) if wait is not None else None,
+                on_metrics=stream.metrics,
             )
             status, failure = result.status.value, result.failure
             save_result(result)
