@@ -27,7 +27,7 @@ from .names import CellNames
 from .payload import CellCode
 
 # Names every rank's cell gets without shipping them.
-RANK_NAMES = frozenset({"rank", "world_size", "device", "dist", "gg", "get_ipython"})
+RANK_NAMES = frozenset({"rank", "world_size", "device", "dist", "gg", "get_ipython", "display"})
 CELL_FILENAME = "<gpugeek_run cell>"
 
 

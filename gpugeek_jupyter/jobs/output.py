@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TextIO
 
+from .display_stream import DISPLAY_STREAM, plain_text
+
 _BREAKS = re.compile(r"(\r\n|\r|\n)")
 
 
@@ -40,6 +42,8 @@ class LabelledWriter:
         self._at_line_start: dict[tuple[int, str], bool] = {}
 
     def __call__(self, rank: int, stream: str, text: str) -> None:
+        if stream == DISPLAY_STREAM:  # a rank's display(...): its text, in a terminal
+            stream, text = "stdout", plain_text(text)
         target = self._target(stream)
         target.write(self.label(rank, stream, text))
         target.flush()
@@ -208,6 +212,8 @@ class GroupedWriter:
         self._timer: threading.Timer | None = None
 
     def __call__(self, rank: int, stream: str, text: str) -> None:
+        if stream == DISPLAY_STREAM:  # a rank's display(...): its text, in a terminal
+            stream, text = "stdout", plain_text(text)
         with self._lock:
             buffered = self._partial.pop((rank, stream), "") + text
             *lines, rest = re.split(r"\r\n|\n", buffered)

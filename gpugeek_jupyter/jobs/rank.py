@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import capture, children, rank_names
+from . import capture, children, rank_display, rank_names
 from .capture import Forwarder
 from .diagnose import describe_stack, format_user_traceback, is_peer_failure, one_line
 from .env import RANK_VARIABLES, build_worker_env, compile_cache_env, error_file_path, interface_of
@@ -644,6 +644,7 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, 
         outcome.replaced = tuple(rank_names.receive(namespace, cloudpickle.loads(code.names_blob)))
         namespace.update(rank=slot.rank, world_size=slot.world_size, device=device, dist=dist, gg=helpers)
         namespace["get_ipython"] = rank_get_ipython(namespace, slot.rank)
+        rank_display.use_on_ranks(namespace)
         _rank_loop()
         with helpers.autocast():
             _run_code(body, namespace)

@@ -15,6 +15,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from ..client import DEFAULT_JOBS_LIMIT
 from ..errors import Phrase, SpecError
 from ._common import chosen_pool, parse_options, pool_arguments, usage_errors
+from ._rank_displays import RankDisplays
 
 if TYPE_CHECKING:
     from ..jobs.pool_queue import QueueWait
@@ -220,7 +221,7 @@ class JobMagics(Magics):
             ranks = parse_ranks(args.ranks)
             if ranks is not None and args.script_path is not None:
                 raise UsageError("--ranks is for cells: a script runs on every rank (e.g. %%gpugeek_run --ranks 0)")
-            writer = output_writer(mode, _world_size(pool), ranks=ranks)
+            writer = RankDisplays(output_writer(mode, _world_size(pool), ranks=ranks), mode)
             from ..widgets.progress import progress_display
 
             progress = progress_display(mode, _world_size(pool))
@@ -351,7 +352,7 @@ class JobMagics(Magics):
             handle = job(args.job)
             record = handle.record()
             mode = _output_mode(args.output, None, record.ranks)
-        writer = output_writer(mode, record.ranks)
+        writer = RankDisplays(output_writer(mode, record.ranks), mode)
         progress = progress_display(mode, record.ranks)
         ended: dict[str, Any] | None = None
         try:

@@ -1,0 +1,28 @@
+"""The display stream: how a rank's display bundles travel on its output (:mod:`.rank_display`),
+one JSON line each, and how a terminal shows them (their ``text/plain``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+DISPLAY_STREAM = "display"
+
+
+def read_bundles(text: str) -> list[dict[str, Any]]:
+    """The bundles in a chunk of the display stream (whole lines; anything else as text/plain)."""
+    bundles = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            bundle = json.loads(line)
+        except ValueError:
+            bundle = {"text/plain": line}
+        bundles.append(bundle if isinstance(bundle, dict) else {"text/plain": str(bundle)})
+    return bundles
+
+
+def plain_text(text: str) -> str:
+    """A chunk of the display stream as a terminal shows it: each bundle's text/plain, a line each."""
+    return "".join(f"{b.get('text/plain', '')}\n" for b in read_bundles(text))

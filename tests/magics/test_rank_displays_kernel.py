@@ -1,0 +1,71 @@
+"""Rich output from the ranks, in a real kernel: a rank's ``display(df)``, IPython's ``HTML`` (also
+through IPython's own ``display``, imported in the same cell) and ``plt.show()`` reach the notebook
+as display data under a rank label, never as ``<IPython.core.display.HTML object>`` text; grouped
+output shows a display the ranks send alike once, labelled for all of them; rank0 shows rank 0's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from support.kernel import CellResult, KernelSession, magics_kernel
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
+    registry = tmp_path_factory.mktemp("displays") / "registry.sqlite"
+    with magics_kernel(
+        {"GPUGEEK_REGISTRY": str(registry)}, launch="--gpu-type cpu --count 2 --name displays --quiet", stop="displays"
+    ) as session:
+        yield session
+
+
+def _run(kernel: KernelSession, cell: str) -> CellResult:
+    result = kernel.run(cell, timeout=120)
+    assert result.error is None, result.text
+    return result
+
+
+def _with(result: CellResult, mime: str) -> list[dict[str, Any]]:
+    return [d for d in result.displays if mime in d]
+
+
+def test_a_ranks_dataframe_is_an_html_table_labelled_by_rank(kernel: KernelSession) -> None:
+    result = _run(
+        kernel, "%%gpugeek_run --output all\nimport pandas as pd\ndisplay(pd.DataFrame({'col': [rank + 40]}))"
+    )
+    tables = sorted(d["text/html"] for d in _with(result, "text/html"))
+    assert len(tables) == 2 and "<table" in tables[0] and "40" in tables[0] and "41" in tables[1], result.displays
+    labels = sorted(d["text/plain"] for d in result.displays if len(d) == 1)
+    assert labels == ["[rank 0]", "[rank 1]"], result.displays
+
+
+def test_ipythons_own_display_of_html_imported_in_the_same_cell_is_html(kernel: KernelSession) -> None:
+    result = _run(
+        kernel,
+        "%%gpugeek_run --output all\nfrom IPython.display import HTML, display as show\nshow(HTML(f'<b>r{rank}</b>'))",
+    )
+    assert sorted(d["text/html"] for d in _with(result, "text/html")) == ["<b>r0</b>", "<b>r1</b>"], result.displays
+    assert "IPython.core.display.HTML object" not in result.stdout, result.stdout
+
+
+def test_plt_show_on_a_rank_sends_its_figure_as_a_png(kernel: KernelSession) -> None:
+    pytest.importorskip("matplotlib")
+    result = _run(
+        kernel, "%%gpugeek_run --output rank0\nimport matplotlib.pyplot as plt\nplt.plot([0, rank + 1])\nplt.show()"
+    )
+    images = _with(result, "image/png")
+    assert len(images) == 1 and images[0]["image/png"].startswith("iVBOR"), result.displays  # rank 0's only
+    assert "Figure size" in images[0]["text/plain"] and "Figure" not in result.stdout, result.stdout
+
+
+def test_grouped_output_shows_a_display_the_ranks_send_alike_once(kernel: KernelSession) -> None:
+    result = _run(
+        kernel, "%%gpugeek_run --output grouped\nfrom IPython.display import Markdown\ndisplay(Markdown('**same**'))"
+    )
+    assert len(_with(result, "text/markdown")) == 1, result.displays
+    assert {"text/plain": "[ranks 0-1]"} in result.displays, result.displays  # the label, updated in place
