@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 AGENT_OWNER = "gpugeek agent"
 STOPPING = "the gpugeek agent is stopping; try again in a moment (a new one starts)"
+# kept pools whose cluster is not the agent's (an outside scheduler; a DaskCluster the operator keeps)
+ATTACHED_AGAIN = ("address", "kubernetes")
 ATTACH_AGAIN_WITHIN_S = 24 * 3600.0  # a kept attached pool whose agent was killed is attached again this long after
 ROW_WAIT_S = 10.0  # a submitted job's registry row is written within this (its queue entry)
 
@@ -179,9 +181,10 @@ class AgentService:
         return names + self._attach_again()
 
     def _attach_again(self) -> list[str]:
-        """Kept pools attached by address (``--backend address``) whose agent was killed: their
-        scheduler is not the agent's, so they are attached again under their name (a new record;
-        what ran on them then failed with the old agent). Only pools lost so within
+        """Kept pools attached by address (``--backend address``) or on Kubernetes whose agent was
+        killed: their scheduler is not the agent's (an outside one; a pod the operator keeps), so
+        they are connected again under their name (a new record, a Kubernetes pool with the
+        credentials its pods hold; what ran on them then failed with the old agent). Only pools lost so within
         :data:`ATTACH_AGAIN_WITHIN_S`, and only the newest of each name (a name used since is left)."""
         from ..store import OWNER_EXITED
 
@@ -190,7 +193,7 @@ class AgentService:
         names = []
         for record in registry.recent_pools(ended_since=time.time() - ATTACH_AGAIN_WITHIN_S):
             if (
-                record.backend != "address"
+                record.backend not in ATTACHED_AGAIN
                 or record.status.value != "lost"
                 or record.reason != OWNER_EXITED
                 or not record.owner.startswith(AGENT_OWNER)
@@ -198,7 +201,7 @@ class AgentService:
             ):
                 continue
             try:
-                pool = self.manager.launch(PoolSpec.from_dict(record.spec))
+                pool = self.manager.launch(PoolSpec.from_dict(record.spec), reconnect=True)
             except Exception as e:  # the scheduler is gone too: nothing to attach to
                 log.info("kept pool %s not attached again: %s", record.name, e)
                 continue

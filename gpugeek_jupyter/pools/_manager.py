@@ -35,6 +35,7 @@ from .credentials import (
     PoolCredentials,
     connection_security,
     create_pool_credentials,
+    keep_pool_credentials,
     prune_pool_credentials,
     remove_pool_credentials,
 )
@@ -224,8 +225,11 @@ class PoolManager:
         if any(p.name == name for p in self.registry.list_pools(live_only=True)):
             raise ConflictError.pool_name_taken(name)
 
-    def launch(self, spec: PoolSpec, on_progress: ProgressCallback | None = None) -> Pool:
-        """Start a pool for ``spec``, register it and make it the current pool."""
+    def launch(self, spec: PoolSpec, on_progress: ProgressCallback | None = None, reconnect: bool = False) -> Pool:
+        """Start a pool for ``spec``, register it and make it the current pool.
+
+        ``reconnect``: the pool's cluster still runs (a Kubernetes DaskCluster whose owner died):
+        connect to it again under a new record, with its own credentials, instead of creating it."""
         _refuse_inside_a_reimported_main()
         backend = backend_for(spec.backend)
         backend.preflight(spec)
@@ -242,15 +246,10 @@ class PoolManager:
         set_library_log_level(config.log_level)  # dask's warnings about its own routine stay out of sight
         progress = on_progress or (lambda ready, total: None)
         try:
-            credentials = self._credentials_for(backend, record)
-            running = backend.start(
-                spec,
-                progress,
-                config.worker_start_timeout,
-                credentials=credentials,
-                dashboard_socket=self._dashboard_socket_for(backend, record),
-                **self._outliving_for(backend, record),
-            )
+            if reconnect and getattr(backend, "can_reconnect", False):
+                running = self._reconnect(backend, spec, record, progress, config.worker_start_timeout)
+            else:
+                running = self._start(backend, spec, record, progress, config.worker_start_timeout)
         except BaseException as e:
             reason = str(e) if isinstance(e, GpugeekError) else f"{type(e).__name__}: {e}"
             if isinstance(e, KeyboardInterrupt):
@@ -285,6 +284,31 @@ class PoolManager:
         self.registry.heartbeat([record.id])
         log.info("pool %s ready: %s", spec.name, running.dashboard_link)
         return pool
+
+    def _start(
+        self, backend: Backend, spec: PoolSpec, record: PoolRecord, progress: ProgressCallback, timeout: float
+    ) -> RunningCluster:
+        return backend.start(
+            spec,
+            progress,
+            timeout,
+            credentials=self._credentials_for(backend, record),
+            dashboard_socket=self._dashboard_socket_for(backend, record),
+            **self._outliving_for(backend, record),
+        )
+
+    def _reconnect(
+        self, backend: Any, spec: PoolSpec, record: PoolRecord, progress: ProgressCallback, timeout: float
+    ) -> RunningCluster:
+        """The running cluster of ``spec`` connected again under ``record``, with the credentials it
+        was made with (from the backend: its pods hold them), when it has any."""
+        credentials = None
+        if getattr(backend, "uses_pool_credentials", False) and get_config().pool_tls:
+            files = backend.existing_credentials(spec)
+            if files:
+                credentials = keep_pool_credentials(self.registry, record.id, files)
+        running: RunningCluster = backend.reconnect(spec, progress, timeout, credentials=credentials)
+        return running
 
     def _outliving_for(self, backend: Backend, record: PoolRecord) -> dict[str, Outliving]:
         """``outliving=`` for a backend whose pools can outlive this process, when this process is

@@ -201,6 +201,23 @@ def pool_credentials(registry: Registry, pool_id: int) -> PoolCredentials | None
     return credentials
 
 
+def keep_pool_credentials(registry: Registry, pool_id: int, files: dict[str, bytes]) -> PoolCredentials:
+    """Pool ``pool_id``'s credentials from ``files`` (``ca.pem``, ``cert.pem``, ``key.pem``: those
+    of a running pool a new record connects to again), written as :func:`create_pool_credentials`
+    writes new ones."""
+    missing = [name for name in (CA_FILE, CERT_FILE, KEY_FILE) if name not in files]
+    if missing:
+        raise ValueError(f"the pool's credentials lack {', '.join(missing)}")
+    root = make_private_directory(credentials_root(registry))
+    directory = root / str(int(pool_id))
+    if directory.exists():
+        shutil.rmtree(directory)
+    make_private_directory(directory)
+    for name in (CA_FILE, KEY_FILE, CERT_FILE):
+        write_private_file(directory / name, files[name])
+    return PoolCredentials(directory)
+
+
 def remove_pool_credentials(registry: Registry, pool_id: int) -> None:
     """Delete pool ``pool_id``'s credentials (nothing happens when it has none)."""
     directory = _pool_directory(registry, pool_id)

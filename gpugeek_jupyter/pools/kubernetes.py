@@ -250,11 +250,55 @@ class KubernetesBackend:
     name = "kubernetes"
     uses_pool_credentials = True  # a Secret '<pool>-tls' mounted into the scheduler and worker pods
     serves_private_dashboard = False  # the scheduler is a pod: its dashboard is the Service's http-dashboard port
+    can_reconnect = True  # reconnect(): its DaskCluster outlives the process that launched it
 
     def preflight(self, spec: PoolSpec) -> None:
         """Fail before anything is registered: the manifests must build and the API must answer."""
         manifests_for(spec)
         connect()
+
+    def existing_credentials(self, spec: PoolSpec) -> dict[str, bytes] | None:
+        """The TLS files of pool ``spec``'s running DaskCluster, from its ``<pool>-tls`` Secret (None:
+        it has none), so that a new owner (the next agent, its own having died) connects as the
+        pods expect."""
+        import base64
+
+        import kr8s
+
+        api = connect()
+        try:
+            secret = _resource_class("Secret").get(tls_secret_name(spec.name), namespace=spec.namespace, api=api)
+        except kr8s.NotFoundError:
+            return None
+        data = secret.raw.get("data") or {}
+        return {name: base64.b64decode(value) for name, value in data.items()}
+
+    def reconnect(
+        self,
+        spec: PoolSpec,
+        on_progress: ProgressCallback,
+        start_timeout: float,
+        credentials: PoolCredentials | None = None,
+        dashboard_socket: Path | None = None,
+    ) -> RunningCluster:
+        """Connect to pool ``spec``'s DaskCluster that outlived its owner (nothing is created; the
+        operator kept the pods); stopping the pool deletes it as for a launched one. PoolStartError
+        when there is no such DaskCluster."""
+        import kr8s
+
+        api = connect()
+        try:
+            _resource_class("DaskCluster").get(spec.name, namespace=spec.namespace, api=api)
+        except kr8s.NotFoundError as e:
+            raise PoolStartError(
+                f"pool '{spec.name}': no DaskCluster of that name in namespace {spec.namespace!r} any more"
+            ) from e
+        deadline = time.monotonic() + start_timeout
+        wait_for_scheduler_pod(api, spec, deadline, start_timeout)
+        cluster = _connect_pool_cluster(
+            spec, credentials, max(10.0, deadline - time.monotonic()), on_close=lambda: delete_pool_resources(api, spec)
+        )
+        return self._connect_client(api, spec, cluster, on_progress, deadline, start_timeout)
 
     def start(
         self,

@@ -190,3 +190,37 @@ def test_the_default_group_autoscales_up_by_two_and_back(api: object, k8s_settin
     finally:
         pool.stop()
         wait_gone(api, pool.name)
+
+
+def test_a_kept_pool_is_connected_again_by_the_next_agent_when_its_agent_is_killed(
+    api: object, k8s_settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+
+    import gpugeek_jupyter
+    from gpugeek_jupyter.detached.connection import connect
+    from gpugeek_jupyter.store import get_registry
+    from support.agent import agent_stopped_afterwards
+
+    monkeypatch.setenv("GPUGEEK_AGENT_IDLE", "60")
+    name = unique_name("gg-kept")
+    with agent_stopped_afterwards():
+        pool = gpugeek_jupyter.launch(
+            backend="kubernetes", namespace=NAMESPACE, gpu_type="cpu", count=2, name=name, image=dask_image(), keep=True
+        )
+        first = int(connect().ping()["pid"])
+        os.kill(first, signal.SIGKILL)
+        time.sleep(1.0)
+        assert cluster_exists(api, name)  # the operator keeps it: nobody deleted it
+        second = int(connect().ping()["pid"])  # the next agent, which connects to it again as it starts
+        record = get_registry().live_pool(name)
+        from gpugeek_jupyter.runtime import get_pool_manager
+
+        used = get_pool_manager().use(name)
+        answer = used.client.submit(sum, [1, 2]).result(timeout=120)
+        get_pool_manager().stop(name)
+        wait_gone(api, name)
+
+    assert second != first and record.id != pool.id and record.owner == f"gpugeek agent (pid {second})"
+    assert answer == 3
