@@ -34,14 +34,17 @@ SLURM_OPTIONS = ("partition", "account", "qos", "walltime", "constraint", "sbatc
 class LaunchField:
     """One option of a launch, declared once for every surface: its name (the Python keyword and
     JSON field; the magic's flag is ``--`` and the name with dashes), the JSON type a request body
-    must give it, whether null is allowed, a valid example, a one-line help, the values it takes
-    when they are few, and the backends it is for (empty: all)."""
+    must give it, whether null is allowed, a valid example, its help (as ``%gpugeek_launch?``
+    shows it), how the magic takes it, the values it takes when they are few, and the backends it
+    is for (empty: all)."""
 
     name: str
     json_type: str  # "string", "number", "integer", "array" (of strings) or "boolean"
     nullable: bool
     example: Any
     help: str
+    magic: str = "value"  # "value" (--flag VALUE), "append" (repeatable) or "switch" (--flag alone)
+    metavar: str | None = None  # the magic's name for the value, when not the flag's
     choices: tuple[str, ...] = ()
     backends: tuple[str, ...] = ()
     spec_field: bool = True  # a PoolSpec field (keep is not: it says who owns the pool)
@@ -51,48 +54,114 @@ class LaunchField:
         return "--" + self.name.replace("_", "-")
 
 
-# The launch fields: the REST body's checks (server/launch_request.py) are made from these, and the
-# vocabulary test holds the magic's options, PoolSpec.create's keywords and openapi.json to them.
+# The launch fields, in the order %gpugeek_launch lists them: its options and the REST body's type
+# checks (server/launch_request.py) are made from these, and the vocabulary test holds
+# PoolSpec.create's keywords and openapi.json's LaunchRequest to them.
 LAUNCH_FIELDS: tuple[LaunchField, ...] = (
-    LaunchField("gpu_type", "string", False, "A100-80GB", "GPU type from the catalog (cpu for CPU workers)"),
-    LaunchField("count", "integer", False, 4, "number of GPUs (cpu: worker processes), one rank each"),
-    LaunchField("backend", "string", False, "local", "where the workers run", choices=BACKENDS),
-    LaunchField("spot_fraction", "number", False, 0.7, "share of workers on spot prices, 0..1"),
-    LaunchField("budget", "number", True, 200, "USD; the pool stops when it has spent this much"),
-    LaunchField("idle_timeout", "number", True, 20, "minutes idle before the pool stops itself; 0 never"),
-    LaunchField("name", "string", True, "dev", "pool name (a DNS-1123 label); generated when empty"),
-    LaunchField("interconnect", "string", True, "NVLink", "NVLink, PCIe, InfiniBand... (default: the type's first)"),
-    LaunchField("framework", "string", True, "PyTorch 2.13", "framework image", backends=("kubernetes",)),
-    LaunchField("price", "number", True, 2.1, "USD per GPU-hour, overriding the catalog for this pool"),
-    LaunchField("address", "string", True, "tcp://127.0.0.1:8786", "scheduler address", backends=("address",)),
-    LaunchField("namespace", "string", True, "team-risk", "Kubernetes namespace", backends=("kubernetes",)),
     LaunchField(
-        "image",
+        "gpu_type",
         "string",
-        True,
-        "pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime",
-        "container image (overrides framework)",
-        backends=("kubernetes",),
+        False,
+        "A100-80GB",
+        "GPU type from the catalog (cpu, T4, L4, L40S, A100-40GB, A100-80GB, H100-80GB, H200-141GB)",
     ),
+    LaunchField("count", "integer", False, 4, "number of GPUs (cpu: worker processes), one rank each"),
+    LaunchField("interconnect", "string", True, "NVLink", "NVLink, PCIe, InfiniBand... (default: the type's first)"),
+    LaunchField("framework", "string", True, "PyTorch 2.13", 'framework image, e.g. "PyTorch 2.0" (kubernetes)'),
+    LaunchField("backend", "string", False, "local", "local (default), kubernetes, address or slurm", choices=BACKENDS),
+    LaunchField("name", "string", True, "dev", "pool name (lowercase, digits, '-'); generated when omitted"),
+    LaunchField("spot_fraction", "number", False, 0.7, "share of workers on spot prices, 0..1 (e.g. 0.7)"),
     LaunchField(
         "base_pricing",
         "string",
         True,
         "reserved",
-        "price of the non-spot workers",
+        "price of the non-spot workers: on-demand (default) or reserved",
         choices=("on_demand", "on-demand", "reserved"),
     ),
-    LaunchField("partition", "string", True, "gpu", "Slurm partition", backends=("slurm",)),
-    LaunchField("account", "string", True, "proj42", "Slurm account to charge", backends=("slurm",)),
-    LaunchField("qos", "string", True, "normal", "Slurm quality of service", backends=("slurm",)),
-    LaunchField("walltime", "string", True, "04:00:00", "time limit of each Slurm job", backends=("slurm",)),
-    LaunchField("constraint", "string", True, "a100", "Slurm node features the workers need", backends=("slurm",)),
-    LaunchField("sbatch_directives", "array", True, ["--exclusive"], "extra #SBATCH lines", backends=("slurm",)),
+    LaunchField("budget", "number", True, 200, "USD; the pool stops when it has spent this much"),
+    LaunchField("idle_timeout", "number", True, 20, "minutes idle before the pool stops itself"),
+    LaunchField("price", "number", True, 2.1, "USD per GPU-hour, overriding the catalog for this pool"),
     LaunchField(
-        "prologue", "string", True, "module load cuda/12.4", "shell lines run before each worker", backends=("slurm",)
+        "address",
+        "string",
+        True,
+        "tcp://127.0.0.1:8786",
+        "scheduler address for --backend address (tcp://host:8786)",
+        backends=("address",),
     ),
     LaunchField(
-        "keep", "boolean", True, True, "the user's agent owns the pool (it outlives its launcher)", spec_field=False
+        "namespace",
+        "string",
+        True,
+        "team-risk",
+        "Kubernetes namespace for --backend kubernetes",
+        backends=("kubernetes",),
+    ),
+    LaunchField(
+        "image",
+        "string",
+        True,
+        "pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime",
+        "container image for --backend kubernetes (overrides --framework)",
+        backends=("kubernetes",),
+    ),
+    LaunchField(
+        "partition",
+        "string",
+        True,
+        "gpu",
+        "Slurm partition for --backend slurm (GpugeekConfig.slurm_partition)",
+        backends=("slurm",),
+    ),
+    LaunchField(
+        "account", "string", True, "proj42", "Slurm account to charge for --backend slurm", backends=("slurm",)
+    ),
+    LaunchField("qos", "string", True, "normal", "Slurm QOS for --backend slurm", backends=("slurm",)),
+    LaunchField(
+        "walltime",
+        "string",
+        True,
+        "04:00:00",
+        "time limit of each Slurm job: minutes, HH:MM:SS or D-HH:MM:SS",
+        backends=("slurm",),
+    ),
+    LaunchField(
+        "constraint",
+        "string",
+        True,
+        "a100",
+        "Slurm node features the workers need (sbatch --constraint)",
+        backends=("slurm",),
+    ),
+    LaunchField(
+        "sbatch_directives",
+        "array",
+        True,
+        ["--exclusive"],
+        "an extra #SBATCH line, repeatable: --sbatch-directives exclusive --sbatch-directives mail-type=END",
+        magic="append",
+        metavar="OPTION",
+        backends=("slurm",),
+    ),
+    LaunchField(
+        "prologue",
+        "string",
+        True,
+        "module load cuda/12.4",
+        'a shell line run before each Slurm worker starts, repeatable: --prologue "module load cuda/12.4"',
+        magic="append",
+        metavar="LINE",
+        backends=("slurm",),
+    ),
+    LaunchField(
+        "keep",
+        "boolean",
+        True,
+        True,
+        "the user's agent owns the pool: it outlives this kernel and takes detached jobs (--detach)",
+        magic="switch",
+        spec_field=False,
     ),
 )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -14,7 +15,7 @@ from ..config import get_config
 from ..dashboards import browser_link
 from ..pools import PoolLifecyclePlugin, PoolManager
 from ..runtime import get_pool_manager, list_pools
-from ..spec import PoolSpec
+from ..spec import LAUNCH_FIELDS, PoolSpec
 from ..store import RECENT_WINDOW_SECONDS, PoolRecord
 from ._common import chosen_pool, kernel_owner, magic_message, parse_options, pool_arguments, usage_errors
 
@@ -24,6 +25,25 @@ def recent_pools() -> list[PoolRecord]:
     registry = get_pool_manager().registry
     registry.mark_lost_pools(get_config().lost_after_seconds)
     return registry.recent_pools(ended_since=registry.clock() - RECENT_WINDOW_SECONDS)
+
+
+def launch_field_arguments(function: Any) -> Any:
+    """The ``%gpugeek_launch`` option of every launch field (:data:`~gpugeek_jupyter.spec.LAUNCH_FIELDS`),
+    in its order: ``--name VALUE``, repeatable ones appended to a list, switches alone. A default is
+    ``PoolSpec.create``'s, as text (the magic's values are text until the spec reads them)."""
+    defaults = inspect.signature(PoolSpec.create).parameters
+    for field in reversed(LAUNCH_FIELDS):  # decorators apply from the bottom: the first field shows first
+        if field.magic == "switch":
+            function = argument(field.flag, action="store_true", help=field.help)(function)
+            continue
+        default = defaults[field.name].default if field.name in defaults else None
+        options: dict[str, Any] = {"default": None if default in (None, "", 0.0) else str(default)}
+        if field.magic == "append":
+            options.update(action="append", default=None)
+        if field.metavar:
+            options["metavar"] = field.metavar
+        function = argument(field.flag, help=field.help, **options)(function)
+    return function
 
 
 class PoolCardUpdater(PoolLifecyclePlugin):
@@ -104,55 +124,14 @@ class PoolMagics(Magics):
         get_pool_manager().owner = kernel_owner()
 
     @magic_arguments()
-    @argument(
-        "--gpu-type",
-        default="cpu",
-        help="GPU type from the catalog (cpu, T4, L4, L40S, A100-40GB, A100-80GB, H100-80GB, H200-141GB)",
-    )
-    @argument("--count", default="1", help="number of GPUs (cpu: worker processes), one rank each")
-    @argument("--interconnect", default=None, help="NVLink, PCIe, InfiniBand... (default: the type's first)")
-    @argument("--framework", default=None, help='framework image, e.g. "PyTorch 2.0" (kubernetes)')
-    @argument("--backend", default=None, help="local (default), kubernetes, address or slurm")
-    @argument("--name", default=None, help="pool name (lowercase, digits, '-'); generated when omitted")
-    @argument("--spot-fraction", default=None, help="share of workers on spot prices, 0..1 (e.g. 0.7)")
-    @argument("--base-pricing", default=None, help="price of the non-spot workers: on-demand (default) or reserved")
+    @launch_field_arguments
     @argument("--pricing", dest="base_pricing", default=None, help=argparse.SUPPRESS)  # the old name, still accepted
-    @argument("--budget", default=None, help="USD; the pool stops when it has spent this much")
-    @argument("--idle-timeout", default=None, help="minutes idle before the pool stops itself")
-    @argument("--price", default=None, help="USD per GPU-hour, overriding the catalog for this pool")
-    @argument("--address", default=None, help="scheduler address for --backend address (tcp://host:8786)")
-    @argument("--namespace", default=None, help="Kubernetes namespace for --backend kubernetes")
-    @argument("--image", default=None, help="container image for --backend kubernetes (overrides --framework)")
-    @argument("--partition", default=None, help="Slurm partition for --backend slurm (GpugeekConfig.slurm_partition)")
-    @argument("--account", default=None, help="Slurm account to charge for --backend slurm")
-    @argument("--qos", default=None, help="Slurm QOS for --backend slurm")
-    @argument("--walltime", default=None, help="time limit of each Slurm job: minutes, HH:MM:SS or D-HH:MM:SS")
-    @argument("--constraint", default=None, help="Slurm node features the workers need (sbatch --constraint)")
-    @argument(
-        "--sbatch-directives",
-        action="append",
-        default=None,
-        metavar="OPTION",
-        help="an extra #SBATCH line, repeatable: --sbatch-directives exclusive --sbatch-directives mail-type=END",
-    )
-    @argument(
-        "--prologue",
-        action="append",
-        default=None,
-        metavar="LINE",
-        help='a shell line run before each Slurm worker starts, repeatable: --prologue "module load cuda/12.4"',
-    )
     @argument(
         "--dry-run",
         action="store_true",
         help="print what would be created (kubernetes manifests, the Slurm job script) and stop",
     )
     @argument("--quiet", action="store_true", help="no pool card")
-    @argument(
-        "--keep",
-        action="store_true",
-        help="the user's agent owns the pool: it outlives this kernel and takes detached jobs (--detach)",
-    )
     @line_magic
     def gpugeek_launch(self, line: str) -> Any:
         """Example::
