@@ -57,13 +57,18 @@ def in_quantum(amount: float, quantum: Decimal) -> Decimal:
     return Decimal(repr(round(amount, 12))).quantize(quantum, rounding=ROUND_HALF_UP)
 
 
+def usd_amount(amount: float) -> str:
+    """The number :func:`format_usd` shows, without the currency: '1,234.57', '0.00019'."""
+    return f"{in_quantum(amount, usd_quantum(amount)):,}"
+
+
 def format_usd(amount: float) -> str:
     """'USD 1,234.57', 'USD 0.54', 'USD 0.015', 'USD 0.00020' (see :func:`usd_quantum`).
 
     >>> format_usd(1234.567), format_usd(0.54321), format_usd(0.015), format_usd(0.000195), format_usd(0)
     ('USD 1,234.57', 'USD 0.54', 'USD 0.015', 'USD 0.00020', 'USD 0.00')
     """
-    return f"USD {in_quantum(amount, usd_quantum(amount)):,}"
+    return f"USD {usd_amount(amount)}"
 
 
 @dataclass(frozen=True)

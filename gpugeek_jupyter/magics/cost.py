@@ -82,6 +82,14 @@ class CostMagics(Magics):
     @argument("--job", default=None, metavar="ID", help="report one job by id")
     @argument("--all", action="store_true", help="every pool in the registry, whoever made it")
     @argument("--since", default=None, metavar="DATE", help="only cost from this date on (e.g. 2026-11-01)")
+    @argument(
+        "--team",
+        action="store_true",
+        help="the team's spend per user and GPU type, from the team ledger (default: this month; a hub "
+        "admin sees every user, anyone else their own)",
+    )
+    @argument("--until", default=None, metavar="DATE", help="with --team: spend up to this date (default: now)")
+    @argument("--user", default=None, metavar="NAME", help="with --team: this user's rows only")
     @argument("--no-jobs", action="store_true", help="pools only, without a row per job")
     @argument("--csv", default=None, metavar="PATH", help="also write the report to this CSV file")
     @argument("--chart", action="store_true", help="show a bokeh bar chart of the report")
@@ -109,6 +117,16 @@ class CostMagics(Magics):
         whose keyword arguments the options are. Compute splits into idle and busy, over the time
         utilization was sampled, and unsampled, the time it was not.
 
+        The team's spend (``--team``, from the team ledger: ``GpugeekConfig.team_ledger_url``), as
+        ``gpugeek_jupyter.cost.team.team_report(since=, until=, user=)`` and ``GET /gpugeek/team``
+        give it; a hub admin sees every user, anyone else their own rows::
+
+            In [5]: %gpugeek_cost --team --since 2026-11-01
+                  user   gpu_type  pools  gpu_hours      USD
+            0      ada  H100-80GB      3      48.00   240.00
+            1  grace        cpu      2       0.00     0.31
+            team: USD 240.31 from 2026-11-01 00:00 to now, 2 users
+
         More examples::
 
             In [2]: %gpugeek_cost --all --since 2026-11-01 --csv cost.csv --chart -o report
@@ -126,10 +144,49 @@ class CostMagics(Magics):
             raise UsageError(moved)
         args = parse_options(self.gpugeek_cost, line, "dev --since 2026-11-01")
         pool = chosen_pool(args, "gpugeek_cost", "dev")
+        for flag, given, example in (("--until", args.until, "2026-11-30"), ("--user", args.user, "ada")):
+            if given and not args.team:
+                raise UsageError(f"{flag} goes with --team (e.g. %gpugeek_cost --team {flag} {example})")
         with usage_errors(flags=_FLAGS):
-            result = self._report(args, pool)
+            result = self._team(args, pool) if args.team else self._report(args, pool)
         if args.out and self.shell is not None:
             self.shell.user_ns[args.out] = result
+
+    def _team(self, args: Any, pool_name: str | None) -> Any:
+        import pandas as pd
+
+        from ..cost.team import kernel_viewer, team_report
+
+        clashing = [f for f, given in (("NAME", pool_name), ("--job", args.job), ("--all", args.all)) if given]
+        if clashing:
+            raise UsageError(
+                f"--team reports the whole team's spend, so it takes no {clashing[0]} "
+                "(e.g. %gpugeek_cost --team --since 2026-11-01)"
+            )
+        viewer = kernel_viewer()
+        rows = team_report(since=args.since, until=args.until, user=args.user, viewer=viewer)
+        frame = pd.DataFrame(rows, columns=["user", "gpu_type", "pools", "gpu_hours", "usd"])
+        if frame.empty:
+            print("no pool of " + ("the team" if viewer.admin and not args.user else "yours") + " ran in that period")
+            return frame
+        display(
+            pd.DataFrame(
+                {
+                    "user": frame["user"],
+                    "gpu_type": frame["gpu_type"],
+                    "pools": frame["pools"],
+                    "gpu_hours": [f"{h:.2f}" for h in frame["gpu_hours"]],
+                    "USD": [ledger.format_usd(x).removeprefix("USD ") for x in frame["usd"]],
+                }
+            )
+        )
+        users = frame["user"].nunique()
+        whose = "team" if viewer.admin else f"{viewer.name} (hub admins see every user)"
+        print(
+            f"{whose}: {ledger.format_usd(float(frame['usd'].sum()))} from {args.since or 'the first of this month (UTC)'} "
+            f"to {args.until or 'now'}, {users} user{'s' if users != 1 else ''}"
+        )
+        return frame
 
     def _report(self, args: Any, pool_name: str | None) -> Any:
         manager = get_pool_manager()
@@ -321,7 +378,7 @@ def summary_table(frame: Any) -> Any:
             "pool": frame["pool"],
             "job": frame["job"].fillna(""),
             "hours": [f"{h:.2f}" if h >= 1 or h == 0 else f"{h:.2g}" for h in frame["hours"]],
-            "USD": [ledger.format_usd(x).removeprefix("USD ") for x in frame["total_usd"]],
+            "USD": [ledger.usd_amount(x) for x in frame["total_usd"]],
             "idle": [idle_share(row) for _, row in frame.iterrows()],
         },
         columns=_SUMMARY,

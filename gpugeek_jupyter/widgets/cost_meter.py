@@ -15,7 +15,7 @@ import ipywidgets as widgets
 from traitlets import Float, Unicode
 
 from ..cost.guards import BUDGET_WARNING_FRACTION
-from ..cost.ledger import CostBreakdown, cents, pool_cost
+from ..cost.ledger import CostBreakdown, pool_cost, usd_amount
 from ..store import Registry, get_registry
 
 log = logging.getLogger(__name__)
@@ -121,14 +121,14 @@ class CostMeter(widgets.VBox):
     def _render(self, b: CostBreakdown) -> None:
         colour = _LEVEL_COLOURS[self.level]
         rows = [
-            ("USD per hour now", f"{cents(b.usd_per_hour_now):,}"),
-            ("USD so far", f"{cents(b.total_usd):,}"),
+            ("USD per hour now", usd_amount(b.usd_per_hour_now)),
+            ("USD so far", usd_amount(b.total_usd)),
         ]
         if b.live:
-            rows.append((f"projected, {self.projection_hours:g} h ahead", f"{cents(self.projected_usd):,}"))
+            rows.append((f"projected, {self.projection_hours:g} h ahead", usd_amount(self.projected_usd)))
         if b.budget_usd:
             left = b.hours_to_budget()
-            budget = f"{cents(b.total_usd):,} of {cents(b.budget_usd):,} ({b.budget_fraction or 0:.0%})"
+            budget = f"{usd_amount(b.total_usd)} of {usd_amount(b.budget_usd)} ({b.budget_fraction or 0:.0%})"
             if left is not None and b.live:
                 budget += f", spent in {left:,.1f} h at this rate"
             rows.append(("budget USD", budget))

@@ -90,7 +90,9 @@ class PoolCard(widgets.VBox):
                 ("pricing", f"{spec.spot_workers} spot / {spec.reserved_workers} {spec.base_pricing.replace('_', '-')}")
             )
         if self._usd_per_hour is not None:
-            rows.append(("USD per hour", f"{self._usd_per_hour:,.2f}"))
+            from ..cost.ledger import usd_amount
+
+            rows.append(("USD per hour", usd_amount(self._usd_per_hour)))
         if self._dashboard:
             link = html.escape(self._dashboard)
             rows.append(("dashboard", f'<a href="{link}" target="_blank">{link}</a>'))

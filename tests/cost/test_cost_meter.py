@@ -80,3 +80,15 @@ def test_meter_accepts_a_live_pool_and_uses_its_registry(cpu_pool):
     meter = CostMeter(cpu_pool)
     assert meter.registry is cpu_pool._manager.registry
     assert meter.usd_per_hour == pytest.approx(cpu_pool.usd_per_hour)
+
+
+def test_the_meter_shows_a_young_pools_cost_with_the_one_rule_for_money(clocked_registry, clock) -> None:
+    from gpugeek_jupyter.cost.ledger import format_usd
+
+    pool = add_ready_pool(clocked_registry, gpu_type="cpu", count=1, price=0.2)  # USD 0.20 an hour
+    clocked_registry.open_worker_interval(pool, "0", "on_demand", started_at=T0)
+    clock.at(3.5)
+    clocked_registry.heartbeat([pool])
+    meter = CostMeter(pool, registry=clocked_registry)
+    assert "USD per hour now 0.20" in meter.text and "USD so far 0.00019" in meter.text  # not 0.00
+    assert format_usd(0.2 * 3.5 / 3600) == "USD 0.00019"
