@@ -64,6 +64,7 @@ def busy_window(times: np.ndarray, util: np.ndarray, end: float, window_seconds:
     margin = max(10.0, 0.2 * (end - first))  # the idle lead-in, to see the job begin
     return max(start, first - margin), end
 
+
 _open_panels: list[MonitorPanel] = []
 _open_lock = threading.Lock()
 
@@ -552,12 +553,18 @@ class MonitorPanel:
             parts.append(dt.datetime.fromtimestamp(self._last_sample_time).strftime("%H:%M:%S"))
         lines = [" &middot; ".join(parts)]
         if self._kind == "cpu" and self._note:
-            lines.append(f"<span style='color:var(--jp-ui-font-color1, #3d444d)'>no GPU: {html.escape(self._note)}</span>")
+            lines.append(
+                f"<span style='color:var(--jp-ui-font-color1, #3d444d)'>no GPU: {html.escape(self._note)}</span>"
+            )
         elif self._note:
             lines.append(f"<span style='color:var(--jp-ui-font-color1, #3d444d)'>{html.escape(self._note)}</span>")
         problems = self._problems()
         if problems:
-            lines.append("<span style='color:var(--jp-warn-color0, #9a6700)'>" + "<br>".join(html.escape(p) for p in problems) + "</span>")
+            lines.append(
+                "<span style='color:var(--jp-warn-color0, #9a6700)'>"
+                + "<br>".join(html.escape(p) for p in problems)
+                + "</span>"
+            )
         if (
             not self.running
             and self._thread is not None
