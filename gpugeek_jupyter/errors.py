@@ -341,6 +341,12 @@ class NotFoundError(GpugeekError, LookupError):
     http_status = 404
 
 
+class NotAllowedError(GpugeekError, PermissionError):
+    """The caller may not see or change this (another user's team spend, for one)."""
+
+    http_status = 403
+
+
 class ConflictError(GpugeekError):
     """The request clashes with existing state (e.g. a pool name already in use)."""
 

@@ -37,12 +37,22 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..config import get_config
-from ..errors import GpugeekError, Phrase, QuotaExceededError, Setting, Value
+from ..errors import (
+    GpugeekError,
+    NotAllowedError,
+    NotFoundError,
+    Phrase,
+    QuotaExceededError,
+    Setting,
+    SpecError,
+    Value,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -328,15 +338,17 @@ class TeamLedger:
         with self.engine.connect() as db:
             return _spend(db.execute(query), since, until)
 
-    def report(self, since: float, until: float | None = None) -> list[dict[str, Any]]:
-        """Spend per user and GPU type between ``since`` and ``until``: rows of user, gpu_type, pools,
-        gpu_hours and usd, largest spend first."""
+    def report(self, since: float, until: float | None = None, user: str | None = None) -> list[dict[str, Any]]:
+        """Spend per user and GPU type between ``since`` and ``until`` (of ``user`` only, if given):
+        rows of user, gpu_type, pools, gpu_hours and usd, largest spend first."""
         from sqlalchemy import or_, select
 
         until = until or time.time()
         query = select(POOLS).where(
             POOLS.c.started_at < until, or_(POOLS.c.ended_at.is_(None), POOLS.c.ended_at > since)
         )
+        if user is not None:
+            query = query.where(POOLS.c.user_name == user)
         groups: dict[tuple[str, str], dict[str, Any]] = {}
         with self.engine.connect() as db:
             for row in db.execute(query):
@@ -492,9 +504,104 @@ def install_team_ledger(manager: PoolManager) -> None:
         manager.register_plugin(TeamLedgerReporter(ledger))  # type: ignore[arg-type]
 
 
-def team_report(since: float | None = None, until: float | None = None) -> list[dict[str, Any]]:
-    """The admin's view: spend per user and GPU type since ``since`` (default: this month, UTC)."""
+@dataclass(frozen=True)
+class Viewer:
+    """Who asks for the team's spend: a hub admin (``admin``) sees every user's rows, anyone else
+    their own."""
+
+    name: str
+    admin: bool
+
+
+def viewer_from_hub_model(model: Mapping[str, Any]) -> Viewer:
+    """The viewer a JupyterHub identity model names (the hub's ``GET /hub/api/user`` answer, which a
+    single-user server's ``current_user.hub_user`` is): an admin when the hub says ``admin`` or the
+    token holds the hub's unfiltered ``admin:users`` scope (a service's token, for instance)."""
+    scopes = set(model.get("scopes") or ())
+    return Viewer(name=str(model["name"]), admin=bool(model.get("admin")) or "admin:users" in scopes)
+
+
+def kernel_viewer() -> Viewer:
+    """This process's viewer: under JupyterHub (``JUPYTERHUB_USER``) the hub says whether the user is
+    an admin, asked with the server's own token (``JUPYTERHUB_API_TOKEN``); a hub that cannot be
+    asked makes the user no admin. Outside a hub there is no admin but whoever holds the ledger's URL,
+    who can read every row with it anyway."""
+    user = os.environ.get("JUPYTERHUB_USER")
+    if not user:
+        return Viewer(name=current_user(), admin=True)
+    api, token = os.environ.get("JUPYTERHUB_API_URL"), os.environ.get("JUPYTERHUB_API_TOKEN")
+    if not api or not token:
+        return Viewer(name=user, admin=False)
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(api.rstrip("/") + "/user", headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            model = json.loads(response.read())
+    except (OSError, ValueError) as e:
+        log.warning("the hub at %s did not say whether %s is an admin (%s): their own rows only", api, user, e)
+        return Viewer(name=user, admin=False)
+    return viewer_from_hub_model({**model, "name": model.get("name") or user})
+
+
+def _when(value: float | str | None, name: str) -> float | None:
+    """A timestamp, or an ISO date or date-time (local time, as ``since`` everywhere) as one."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    from .tco import parse_since
+
+    try:
+        return float(str(value))  # a timestamp, as text (a query string's)
+    except ValueError:
+        pass
+    try:
+        return parse_since(str(value))
+    except SpecError:
+        if name == "since":
+            raise
+        raise SpecError(
+            field=name, value=value, rule="an ISO date or date-time (or a timestamp)", example="2026-11-01"
+        ) from None
+
+
+def team_report(
+    since: float | str | None = None,
+    until: float | str | None = None,
+    user: str | None = None,
+    *,
+    viewer: Viewer | None = None,
+) -> list[dict[str, Any]]:
+    """The team's spend per user and GPU type since ``since`` (a timestamp or an ISO date such as
+    ``"2026-11-01"``; default: the first of this month, UTC) until ``until`` (default: now), of every
+    user or of ``user`` only: rows of user, gpu_type, pools, gpu_hours and usd, largest spend first.
+
+    A hub admin sees every user; under JupyterHub anyone else sees their own rows only (``viewer``,
+    default :func:`kernel_viewer`; the server extension passes the caller's hub identity).
+    """
     ledger = team_ledger()
     if ledger is None:
-        raise GpugeekError("no team ledger is configured (set GpugeekConfig.team_ledger_url)")
-    return ledger.report(since if since is not None else start_of_month(time.time()), until)
+        raise NotFoundError(
+            Phrase(
+                "no team ledger is configured, so there is no team spend to show; the admin sets "
+                "GpugeekConfig.team_ledger_url (e.g. {example})",
+                example="'postgresql+psycopg:///gpugeek?host=/var/run/postgresql'",
+            )
+        )
+    viewer = viewer or kernel_viewer()
+    if not viewer.admin:
+        if user is not None and user != viewer.name:
+            raise NotAllowedError(
+                Phrase(
+                    "{asked}: only a hub admin sees another user's spend; {name} sees their own (e.g. {own})",
+                    asked=Setting(user=user),
+                    name=Value(viewer.name),
+                    own=Setting(user=viewer.name),
+                ),
+                field="user",
+            )
+        user = viewer.name
+    start = _when(since, "since")
+    return ledger.report(start if start is not None else start_of_month(time.time()), _when(until, "until"), user)

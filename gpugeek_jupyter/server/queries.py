@@ -12,6 +12,8 @@ parameter and a valid example, phrased for the request (names and values as JSON
 ``GET /gpugeek/jobs/<id>/output[?lines=N]``    the last ``lines`` lines of the job's output (40)
 ``GET /gpugeek/changes[?since=T][&wait=S]``    the registry's status token, once it differs from ``T``
                                                or after ``wait`` seconds (25, at most 60)
+``GET /gpugeek/team[?since=D][&until=D]``      the team's spend per user and GPU type (``&user=NAME``:
+                                               one user's); dates as ``2026-11-01``
 =============================================  ==========================================================
 
 A bare key without a value is JupyterLab's cache-buster (``ServerConnection`` adds ``?<timestamp>``):
@@ -50,6 +52,7 @@ POOLS_PARAMETERS = ("namespace", "state", "before", "limit")
 JOBS_PARAMETERS = ("pool", "limit")
 OUTPUT_PARAMETERS = ("lines", "since", "limit")
 CHANGES_PARAMETERS = ("since", "wait")
+TEAM_PARAMETERS = ("since", "until", "user")
 DEFAULT_CHANGES_WAIT = 25  # seconds: under proxies' usual 60 s idle timeout
 MAX_CHANGES_WAIT = 60
 
@@ -198,3 +201,23 @@ def parse_changes_query(arguments: Mapping[str, str | None]) -> ChangesQuery:
         rule = f"a whole number of seconds from 0 to {MAX_CHANGES_WAIT}"
         wait = _whole_number("wait", given["wait"], 0, MAX_CHANGES_WAIT, rule, f"?wait={DEFAULT_CHANGES_WAIT}")
     return ChangesQuery(since=given.get("since"), wait=wait)
+
+
+@dataclass(frozen=True)
+class TeamQuery:
+    """Whose spend ``GET /gpugeek/team`` answers with, over which period (dates are checked by
+    :func:`~gpugeek_jupyter.cost.team.team_report`, as on the other surfaces)."""
+
+    since: str | None = None
+    until: str | None = None
+    user: str | None = None
+
+
+def parse_team_query(arguments: Mapping[str, str | None]) -> TeamQuery:
+    """A :class:`TeamQuery`.
+
+    >>> parse_team_query({"since": "2026-11-01", "user": "ada"})
+    TeamQuery(since='2026-11-01', until=None, user='ada')
+    """
+    given = _given(arguments, TEAM_PARAMETERS, "GET /gpugeek/team", "?since=2026-11-01&user=ada")
+    return TeamQuery(since=given.get("since"), until=given.get("until"), user=given.get("user"))

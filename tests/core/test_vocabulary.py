@@ -29,6 +29,7 @@ import gpugeek_jupyter
 from gpugeek_jupyter.client import ClusterClient, Job
 from gpugeek_jupyter.cost.ledger import record_data_volume
 from gpugeek_jupyter.cost.tco import compare_owned, cost_report
+from gpugeek_jupyter.cost.team import team_report
 from gpugeek_jupyter.magics import _MAGIC_CLASSES
 from gpugeek_jupyter.magics._common import FLAGS, POOL_POSITIONAL
 from gpugeek_jupyter.schedules import list_schedules
@@ -144,7 +145,9 @@ OPERATIONS: dict[str, Operation] = {
     ),
     "run on a pool": Operation(magics=("gpugeek_run",), python=(Job.run, ClusterClient.job_on)),
     "list jobs": Operation(magics=("gpugeek_jobs",), python=(ClusterClient.jobs,), rest=(("GET", "/gpugeek/jobs"),)),
-    "report cost": Operation(magics=("gpugeek_cost",), python=(cost_report,), python_also=(record_data_volume,)),
+    "report cost": Operation(
+        magics=("gpugeek_cost",), python=(cost_report,), python_also=(record_data_volume, team_report)
+    ),
     "compare owning with renting": Operation(magics=("gpugeek_tco",), python=(compare_owned,)),
     "schedule runs": Operation(
         magics=("gpugeek_schedule",),
@@ -196,6 +199,11 @@ ONLY_ON: dict[tuple[str, str], tuple[set[str], str]] = {
     ("report cost", "chart"): ({MAGIC}, "a widget; Python: widgets.cost_chart.bar_chart(rows)"),
     ("report cost", "out"): ({MAGIC}, "-o/--out stores the report in a notebook variable; Python returns it"),
     ("report cost", "detail"): ({MAGIC}, "which columns the table shows; Python returns every part"),
+    ("report cost", "team"): (
+        {MAGIC},
+        "the team's spend instead of this registry's: Python team_report(since=, until=, user=), REST GET "
+        "/gpugeek/team?since=&until=&user=",
+    ),
     ("compare owning with renting", "pool"): (
         {MAGIC},
         "the magic takes a pool's GPU type and count as defaults; compare_owned takes them directly",
