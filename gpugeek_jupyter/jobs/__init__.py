@@ -22,6 +22,7 @@ from ..pools._plugin import PoolLifecyclePlugin
 if TYPE_CHECKING:
     from ..pools import Pool
     from .agent import NoticeCallback
+    from .logs import MetricsCallback
     from .pool_queue import WaitCallback
     from .request import JobRequest
     from .result import JobResult
@@ -98,6 +99,7 @@ def run_cell(
     on_notice: NoticeCallback | None = None,
     on_progress: ProgressCallback | None = None,
     on_wait: WaitCallback | None = None,
+    on_metrics: MetricsCallback | None = None,
     **options: Any,
 ) -> JobResult:
     """Run notebook code on every worker of ``pool`` (or on ``ranks`` only, e.g. ``"0,2-3"``: the
@@ -105,11 +107,12 @@ def run_cell(
     as ``cannot complete`` naming the ranks that did not take part); names it uses come from
     ``namespace``. A busy pool's job waits its turn (``on_wait`` is told who holds the pool);
     ``wait=False`` raises :class:`~gpugeek_jupyter.errors.PoolBusyError` instead. The options are
-    :func:`cell_request`'s."""
+    :func:`cell_request`'s; ``on_metrics(attempt, rank, rows)`` is told the ranks' ``gg.log``
+    values as they are kept (e.g. :func:`gpugeek_jupyter.widgets.metrics_chart.metrics_display`)."""
     from .agent import agent_for
 
     request = cell_request(source, namespace, **options)
-    return agent_for(pool).run(request, on_output, on_notice, on_progress, on_wait)
+    return agent_for(pool).run(request, on_output, on_notice, on_progress, on_wait, on_metrics)
 
 
 def script_request(
@@ -155,6 +158,7 @@ def run_script(
     on_notice: NoticeCallback | None = None,
     on_progress: ProgressCallback | None = None,
     on_wait: WaitCallback | None = None,
+    on_metrics: MetricsCallback | None = None,
     **options: Any,
 ) -> JobResult:
     """Run a torchrun-ready script on every worker of ``pool`` (see :mod:`.script`); it waits its
@@ -162,4 +166,4 @@ def run_script(
     from .agent import agent_for
 
     request = script_request(script_path, args, hyperparams, **options)
-    return agent_for(pool).run(request, on_output, on_notice, on_progress, on_wait)
+    return agent_for(pool).run(request, on_output, on_notice, on_progress, on_wait, on_metrics)

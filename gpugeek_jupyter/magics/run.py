@@ -225,6 +225,9 @@ class JobMagics(Magics):
             from ..widgets.progress import progress_display
 
             progress = progress_display(mode, _world_size(pool))
+            from ..widgets.metrics_chart import metrics_display
+
+            charts = metrics_display(_world_size(pool))  # made at the first gg.log values only
             if args.monitor:
                 from ..widgets.monitor import show_monitor
 
@@ -239,6 +242,7 @@ class JobMagics(Magics):
                 "stream": not args.no_stream,
                 "on_output": writer,
                 "on_progress": progress,
+                "on_metrics": charts,
                 "on_notice": _notice,
                 "wait": not args.no_wait,
                 "on_wait": _WaitDisplay(),
