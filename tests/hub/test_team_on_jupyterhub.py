@@ -210,7 +210,7 @@ c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allowed_users = {set(USERS)!r}
 c.JupyterHub.services = [{{"name": "gpugeek-test", "api_token": {token!r}}}]
 c.JupyterHub.load_roles = [{{"name": "gpugeek-test", "services": ["gpugeek-test"],
-    "scopes": ["admin:users", "admin:servers", "access:servers", "list:users", "read:users"]}}]
+    "scopes": ["admin:users", "admin:servers", "access:servers", "list:users", "read:users", "tokens"]}}]
 c.Spawner.cmd = [{str(environment / "bin" / "jupyterhub-singleuser")!r}]
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
@@ -318,6 +318,20 @@ def test_two_users_quotas_team_budget_and_ledger_on_a_real_jupyterhub(
     status, body = hub.call("POST", f"/user/{bob}/gpugeek/pools", {**launch, "name": "bob-2"})
     assert status == 403 and "(GpugeekConfig.team_budget_usd_per_month)" in body["message"], (status, body)
     assert body["message"].startswith("the team has spent $")
+
+    # the team's spend: this service's token holds the hub's admin:users, so it sees every user; alice,
+    # no hub admin, sees her own row on her own server and may not ask for bob's
+    status, body = hub.call("GET", f"/user/{alice}/gpugeek/team")
+    assert status == 200 and body["admin"] is True, (status, body)
+    assert {r["user"] for r in body["rows"]} == {alice, bob, "carol"}
+    status, made = hub.call("POST", f"/hub/api/users/{alice}/tokens", {"note": "her own"})
+    assert status == 201, (status, made)
+    as_alice = Hub(hub.url, made["token"])
+    status, body = as_alice.call("GET", f"/user/{alice}/gpugeek/team")
+    assert status == 200 and (body["viewer"], body["admin"]) == (alice, False), (status, body)
+    assert [(r["user"], r["pools"]) for r in body["rows"]] == [(alice, 1)]
+    status, body = as_alice.call("GET", f"/user/{alice}/gpugeek/team?user={bob}")
+    assert status == 403 and body["message"].startswith(f'"user": "{bob}": only a hub admin sees'), (status, body)
 
     scratch = Path(tempfile.gettempdir()) / f"gpugeek-jobs-{users[alice]}"
     assert scratch.is_dir()
