@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -235,6 +235,44 @@ class Job:
             raise KeyboardInterrupt(result.failure)
         return result
 
+    def run_cell(self, cell: str, namespace: Mapping[str, Any] | None = None, **options: Any) -> JobResult:
+        """Run notebook code on every rank and wait for it, as ``%%gpugeek_run`` does (the same
+        :func:`gpugeek_jupyter.jobs.run_cell`): names the cell uses come from ``namespace``; the
+        options are the cell's (``ranks``, ``rank0``, ``amp``, ``timeout``, ``max_restarts``,
+        ``min_ranks``, ``env``, ``wait``, ``on_output``, ...). Its ``JobResult``; ``result.values``
+        holds each rank's value of the cell's last expression.
+
+        >>> job.run_cell("import torch.distributed as dist\ndist.get_rank()").values   # doctest: +SKIP
+        [0, 1]
+        """
+        from .jobs import run_cell
+
+        with phrased_for(Surface.PYTHON):
+            result = run_cell(self.pool, cell, dict(namespace or {}), **options)
+        self.results.append(result)
+        return result
+
+    def submit_cell(self, cell: str, namespace: Mapping[str, Any] | None = None, **options: Any) -> JobHandle:
+        """Start notebook code on every rank without waiting, as ``%%gpugeek_run --detach`` does: the
+        code and the names it uses from ``namespace`` are captured now; its
+        :class:`~gpugeek_jupyter.JobHandle`. The pool becomes kept as for :meth:`submit`."""
+        from .detached import submit_request
+        from .jobs import cell_request
+
+        with phrased_for(Surface.PYTHON):
+            self._keep_pool()
+            return submit_request(self.pool, cell_request(cell, dict(namespace or {}), **options))
+
+    def _keep_pool(self) -> None:
+        """The pool the agent's (see :func:`gpugeek_jupyter.detached.keep_pool`), saying so when it
+        was launched again for it."""
+        from .detached import keep_pool
+
+        self.pool, kept_now = keep_pool(self.pool)
+        if kept_now is not None:
+            self.owns_pool = False  # the agent's now, like a pool of create_job(keep=True)
+            print(f"[gpugeek] {kept_now}", file=sys.stderr, flush=True)
+
     def submit(
         self,
         script_path: str,
@@ -257,14 +295,11 @@ class Job:
         >>> gpugeek_jupyter.job(handle.id).wait().result().returncodes              # doctest: +SKIP
         [0, 0]
         """
-        from .detached import keep_pool, submit_request
+        from .detached import submit_request
         from .jobs import script_request
 
         with phrased_for(Surface.PYTHON):
-            self.pool, kept_now = keep_pool(self.pool)
-            if kept_now is not None:
-                self.owns_pool = False  # the agent's now, like a pool of create_job(keep=True)
-                print(f"[gpugeek] {kept_now}", file=sys.stderr, flush=True)
+            self._keep_pool()
             request = script_request(
                 script_path,
                 args,

@@ -191,7 +191,7 @@ ONLY_ON: dict[tuple[str, str], tuple[set[str], str]] = {
     ("run on a pool", "on_output"): ({PYTHON}, "a callback; the magic prints the [rank N] lines itself"),
     ("run on a pool", "detach"): (
         {MAGIC},
-        "Python has a method of its own for it: Job.submit(...) returns a JobHandle",
+        "Python has methods of their own for it: Job.submit(...) and Job.submit_cell(...) return a JobHandle",
     ),
     ("report cost", "registry"): ({PYTHON}, "the registry to read; a magic reads its process's"),
     ("report cost", "now"): ({PYTHON}, "a report as of a given time"),

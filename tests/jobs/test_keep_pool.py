@@ -60,3 +60,17 @@ def test_submit_on_a_pool_this_process_launched_makes_it_kept_unless_a_job_holds
     assert handle.wait(timeout=120).result().returncodes == [0, 0]
     assert job.pool is not first_pool and is_kept(job.pool) and not job.owns_pool
     assert first_pool.registry.pool_by_id(first_pool.id).status.value == "stopped"
+
+
+def test_a_cell_runs_attached_or_detached_through_the_job_api(agent_settings: None) -> None:
+    from gpugeek_jupyter import ClusterClient
+
+    job = ClusterClient().create_job(gpu_type="cpu", count=2, name="cells", keep=True)
+    offset = 7
+    attached = job.run_cell("import torch.distributed as dist\ndist.get_rank() + offset", {"offset": offset})
+    handle = job.submit_cell("rank * 10 + offset", {"offset": offset})
+    offset = 100  # captured at submit time: the running job keeps 7
+
+    assert attached.ok and attached.values == [7, 8] and job.results == [attached]
+    assert handle.wait(timeout=120).result().values == [7, 17]
+    job.pool.stop()
