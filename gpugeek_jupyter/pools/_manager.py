@@ -240,50 +240,70 @@ class PoolManager:
         record = self.registry.add_pool(
             spec.name, spec.backend, spec.to_dict(), prices_in_force(spec), owner=self.owner, namespace=spec.namespace
         )
-        with self._lock:
-            self._kept_alive.add(record.id)  # a start can outlast lost_after: it is beaten from now on
-        self._ensure_threads()
-        set_library_log_level(config.log_level)  # dask's warnings about its own routine stay out of sight
-        progress = on_progress or (lambda ready, total: None)
+        # From the row on, everything is inside the clean-up's reach: an interrupt at any instant
+        # (0.2 s into the launch, or after the cluster came up) leaves the row failed, the name free
+        # and no cluster running.
+        running: RunningCluster | None = None
         try:
+            with self._lock:
+                self._kept_alive.add(record.id)  # a start can outlast lost_after: it is beaten from now on
+            self._ensure_threads()
+            set_library_log_level(config.log_level)  # dask's warnings about its own routine stay out of sight
+            progress = on_progress or (lambda ready, total: None)
             if reconnect and getattr(backend, "can_reconnect", False):
                 running = self._reconnect(backend, spec, record, progress, config.worker_start_timeout)
             else:
                 running = self._start(backend, spec, record, progress, config.worker_start_timeout)
-        except BaseException as e:
-            reason = str(e) if isinstance(e, GpugeekError) else f"{type(e).__name__}: {e}"
-            if isinstance(e, KeyboardInterrupt):
-                reason = "interrupted while starting"
-            self.registry.set_pool_status(record.id, PoolStatus.FAILED, reason=reason)
-            remove_pool_credentials(self.registry, record.id)
-            remove_dashboard_socket(self.registry, record.id)
+            pool = Pool(record, running, self, owned=True)
+            tracker = _WorkerTracker(self.registry, pool)
             with self._lock:
-                self._kept_alive.discard(record.id)
+                self._trackers[spec.name] = tracker
+            self._sync_workers(spec.name, timeout=self.housekeeping_timeout)
+            self._dispatch("ready", pool, pool_name=pool.name)  # e.g. telemetry's samplers on every worker
+            self.registry.set_pool_status(
+                record.id,
+                PoolStatus.READY,
+                scheduler_address=running.scheduler_address,
+                dashboard_link=running.dashboard_link,
+            )
+            # Only now may the liveness beat act on the pool's stop requests, and housekeeping see it: a
+            # stop requested while it was starting is carried out on the next beat, not overwritten by READY.
+            with self._lock:
+                self._pools[spec.name] = pool
+                self._current = spec.name
+        except BaseException as e:
+            self._abandon_start(record, spec.name, running, e)
+            reason = _start_failure(e)
             if isinstance(e, GpugeekError | KeyboardInterrupt):
                 raise
             raise PoolStartError(f"pool '{spec.name}' failed to start: {reason}") from e
-        pool = Pool(record, running, self, owned=True)
-        tracker = _WorkerTracker(self.registry, pool)
-        with self._lock:
-            self._trackers[spec.name] = tracker
-        self._sync_workers(spec.name, timeout=self.housekeeping_timeout)
-        self._dispatch("ready", pool, pool_name=pool.name)  # e.g. telemetry's samplers on every worker
-        self.registry.set_pool_status(
-            record.id,
-            PoolStatus.READY,
-            scheduler_address=running.scheduler_address,
-            dashboard_link=running.dashboard_link,
-        )
-        # Only now may the liveness beat act on the pool's stop requests, and housekeeping see it: a
-        # stop requested while it was starting is carried out on the next beat, not overwritten by READY.
-        with self._lock:
-            self._pools[spec.name] = pool
-            self._current = spec.name
         # a beat now, after the worker intervals opened: should this process die before the next
         # one, its pool's cost (which ends at the last heartbeat) still covers the workers it started
         self.registry.heartbeat([record.id])
         log.info("pool %s ready: %s", spec.name, running.dashboard_link)
         return pool
+
+    def _abandon_start(
+        self, record: PoolRecord, name: str, running: RunningCluster | None, error: BaseException
+    ) -> None:
+        """Undo a launch that did not finish: the cluster it started closed, the row failed."""
+        with self._lock:
+            self._kept_alive.discard(record.id)
+            self._trackers.pop(name, None)
+            made = self._pools.get(name)
+            if made is not None and made.id == record.id:
+                del self._pools[name]
+                if self._current == name:
+                    self._current = None
+        try:
+            if running is not None:
+                running.close(timeout=10)
+        except BaseException as e:  # the row must still say failed: the cluster is the one lost
+            log.warning("pool %s: the cluster of an unfinished launch did not close: %s", name, e)
+        finally:
+            self.registry.set_pool_status(record.id, PoolStatus.FAILED, reason=_start_failure(error))
+            remove_pool_credentials(self.registry, record.id)
+            remove_dashboard_socket(self.registry, record.id)
 
     def _start(
         self, backend: Backend, spec: PoolSpec, record: PoolRecord, progress: ProgressCallback, timeout: float
@@ -684,3 +704,10 @@ def _refuse_inside_a_reimported_main() -> None:
             "a pool cannot be launched while multiprocessing re-runs the main script in a child process; "
             'put the launch under `if __name__ == "__main__":`'
         )
+
+
+def _start_failure(error: BaseException) -> str:
+    """How a launch that did not finish is recorded."""
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted while starting"
+    return str(error) if isinstance(error, GpugeekError) else f"{type(error).__name__}: {error}"
