@@ -44,10 +44,10 @@ def main() -> None:
     os.chmod(paths.socket, 0o600)
     signal.signal(signal.SIGTERM, lambda signum, frame: service.stopping.set())
     log.info("gpugeek agent %d serving on %s", os.getpid(), paths.socket)
-    _load_plugins(service)
     # pools a previous agent kept that outlived it (kept Slurm pools), with their running jobs; before
     # serving, so that no client's call imports what this does at the same time
     _take_back(service)
+    _load_plugins(service)  # after: a schedule's first run may launch a pool, importing dask as that does
     threading.Thread(target=_watch, args=(service, server), name="gpugeek-agent-idle", daemon=True).start()
     try:
         server.serve_forever()  # returns (SystemExit) once the stop event is set

@@ -256,12 +256,19 @@ class ScheduleRunner:
 
     # -- after a restart --------------------------------------------------------------------------
     def _adopt(self) -> None:
-        """Runs an earlier agent left open: follow those whose job was recorded, close the others."""
+        """Runs an earlier agent left open: end those whose job ended (one on a pool that died with
+        that agent ends now, swept first), follow those whose job goes on, close the others. Before
+        the first tick, so a catch-up occurrence never finds a dead run in its way."""
+        self.registry.mark_lost_pools(get_config().lost_after_seconds)
         for run in self.registry.open_runs():
             if run.status is RunStatus.WAITING:
                 self.registry.end_run(run.id, RunStatus.SKIPPED, "the agent stopped while it waited")
             elif run.job_id is None:
                 self.registry.end_run(run.id, RunStatus.LOST, "the agent stopped before the run's job was recorded")
+            elif (job := self.registry.job(run.job_id)).status.is_final:
+                self._end(
+                    self.registry.schedule(run.schedule_id), run.id, RunStatus(job.status.value), job.failure_reason
+                )
             else:
                 self._follow_adopted(run)
 

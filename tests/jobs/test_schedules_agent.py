@@ -120,7 +120,8 @@ def test_an_agent_killed_across_two_missed_occurrences_runs_one_catch_up_when_it
         lambda: [r for r in _ended(nightly) if r.due_at > killed],
         about=nightly.runs,
     )[0]
-    assert catch_up.missed == 2 and killed < catch_up.due_at <= back, catch_up
+    # two occurrences at least passed while no agent ran (a third if the agent took long to start)
+    assert catch_up.missed >= 2 and killed < catch_up.due_at <= back, catch_up
     nightly.pause()
     after_kill = [r for r in nightly.runs() if r.due_at > killed and r.due_at <= back]
     assert [r.id for r in after_kill] == [catch_up.id], after_kill  # one run, not a burst
