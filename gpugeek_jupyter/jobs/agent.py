@@ -39,6 +39,7 @@ from .record import JobRecord
 from .request import JobRequest, new_job_id
 from .result import JobResult
 from .roster import WorkerRoster
+from .slow_ranks import SlowRanks
 from .state import AttemptResult, AttemptState
 from .transport import PoolTransport
 from .watch import AttemptWatch, OutputCallback, ProgressCallback
@@ -286,6 +287,8 @@ class JobAgent:
             on_progress,
             launched,
         )
+        hosts = {slot.rank: slot.host for slot in group.layout.slots if slot.address in set(launched)}
+        watch.slow_ranks = SlowRanks(job_id, hosts, on_notice or log.info)
         try:
             self.transport.launch(events, launched, rank_side.run_rank, blob)
             record.started(len(launched))

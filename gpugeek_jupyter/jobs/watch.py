@@ -34,6 +34,7 @@ from .payload import RankOutcome
 from .process_group import ProcessGroup
 from .result import RankReport
 from .roster import WorkerRoster
+from .slow_ranks import SlowRanks
 from .state import AttemptResult, AttemptState, StopCause
 from .transport import PoolTransport, WorkerGone
 
@@ -98,6 +99,7 @@ class AttemptWatch:
         self.stop_message: str | None = None
         self.escalation = StopEscalation()
         self.gone: set[str] = set()  # ranks whose worker process died or was ended
+        self.slow_ranks: SlowRanks | None = None  # told the ranks' gg.log values, names a lagging rank
         self.started_at = time.time()  # the nannies' reports of how a process ended count from here
         transport.report_exits()  # so that they report (asked once per pool)
 
@@ -222,6 +224,8 @@ class AttemptWatch:
         if event.launch == self.launch:
             self.received[event.rank] = self.received.get(event.rank, 0) + 1
             self.logs.write_metrics(event.rank, event.rows)
+            if self.slow_ranks is not None:
+                self.slow_ranks.add(event.rank, event.rows)
 
     def _show(self, rank: int, stream: str, text: str) -> None:
         self._keep(rank, text)
