@@ -186,7 +186,7 @@ def test_killed_worker_is_reported_by_rank_and_host_and_pool_heals(pool: Any) ->
     result = outcome[0]
     assert not result.ok and result.failed_rank == 1 and result.ranks[1].status == "died"
     assert f"rank 1 (host 127.0.0.1): its worker process (pid {pid})" in result.failure
-    assert result.returncodes[1] is None
+    assert result.returncodes[1] == -9 and "killed by signal 9 (SIGKILL)" in result.failure  # as torchrun says it
     healed = run_cell(pool, "t = torch.ones(1)\ndist.all_reduce(t)\nt.item()", {"torch": torch})
     assert healed.values == [2.0, 2.0]
     after = worker_pids(pool)
