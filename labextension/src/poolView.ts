@@ -53,6 +53,11 @@ export function dashboardHref(pool: IPoolModel, baseUrl: string): string | null 
   return pool.dashboard_link;
 }
 
+/** Only a pool that is starting or ready has a dashboard to open: a stopping one's scheduler is going. */
+export function showsDashboard(pool: IPoolModel): boolean {
+  return Boolean(pool.dashboard_link) && isLive(pool.status) && pool.status !== 'stopping';
+}
+
 export function renderPoolRow(
   pool: IPoolModel,
   state: IPoolRowState,
@@ -129,8 +134,7 @@ export function renderPoolRow(
       renderUtilisation(pool),
       pool.reason && h('div', { class: 'gpugeek-pool-reason', text: pool.reason }),
       h('div', { class: 'gpugeek-pool-actions' }, [
-        pool.dashboard_link &&
-          isLive(pool.status) &&
+        showsDashboard(pool) &&
           h('a', {
             class: 'gpugeek-dashboard-link',
             text: 'Dashboard',

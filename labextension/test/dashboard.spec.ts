@@ -1,4 +1,4 @@
-import { dashboardHref } from '../src/poolView';
+import { dashboardHref, showsDashboard } from '../src/poolView';
 import { makePool } from './fixtures';
 
 describe('dashboardHref', () => {
@@ -19,5 +19,15 @@ describe('dashboardHref', () => {
   it('keeps the direct link without a proxy', () => {
     const pool = makePool({ dashboard_link: 'http://10.0.0.5:8787/status', dashboard_path: null });
     expect(dashboardHref(pool, '/')).toBe('http://10.0.0.5:8787/status');
+  });
+});
+
+describe('showsDashboard', () => {
+  it('links a starting or ready pool, never a stopping or ended one', () => {
+    const link = { dashboard_link: 'gpugeek/pools/dev/dashboard/status' };
+    expect(showsDashboard(makePool({ ...link, status: 'ready' }))).toBe(true);
+    expect(showsDashboard(makePool({ ...link, status: 'stopping' }))).toBe(false);
+    expect(showsDashboard(makePool({ ...link, status: 'stopped' }))).toBe(false);
+    expect(showsDashboard(makePool({ dashboard_link: null, status: 'ready' }))).toBe(false);
   });
 });
