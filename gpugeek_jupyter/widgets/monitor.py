@@ -57,6 +57,8 @@ def busy_window(times: np.ndarray, util: np.ndarray, end: float, window_seconds:
     """
     start = end - window_seconds
     recent = times >= start
+    if recent.any():  # never before the first sample: a young pool's axis starts with its data
+        start = max(start, float(times[recent].min()))
     busy = times[recent & (np.nan_to_num(util, nan=0.0) > BUSY_PCT)]
     if not len(busy):
         return max(start, end - IDLE_VIEW_SECONDS), end

@@ -213,3 +213,5 @@ def test_the_axes_start_at_zero_and_the_time_axis_shows_the_busy_part_of_the_win
     times = np.arange(0.0, 261.0)
     util = np.where(times >= 240, 95.0, 0.0)
     assert busy_window(times, util, 260.0, 300.0) == (230.0, 260.0)
+    # a pool 10 s old that works from its first sample: no empty lead-in before its data
+    assert busy_window(np.arange(100.0, 111.0), np.full(11, 80.0), 110.0, 300.0) == (100.0, 110.0)
