@@ -58,6 +58,7 @@ ENVIRONMENT = {
     "result_bytes": "GPUGEEK_RESULT_BYTES",
     "team_ledger_url": "GPUGEEK_TEAM_LEDGER",
 }
+    "team_service_url": "GPUGEEK_TEAM_SERVICE",
 
 
 class GpugeekConfig(Configurable):
@@ -136,6 +137,13 @@ class GpugeekConfig(Configurable):
         "user's private registry only). Env: GPUGEEK_TEAM_LEDGER.",
     ).tag(config=True)
     quota_max_gpus = Integer(0, help="GPUs a user may hold at once over all their live pools (0: no limit).").tag(
+    team_service_url = Unicode(
+        "",
+        help="URL of the team's ledger service (a JupyterHub service: python -m "
+        "gpugeek_jupyter.hub.ledger_service), e.g. 'http://127.0.0.1:10101/services/gpugeek-ledger/'. "
+        "When set, pools are reported to it with the user's hub token (JUPYTERHUB_API_TOKEN) instead of "
+        "writing team_ledger_url, so users never hold the database's credentials. Env: GPUGEEK_TEAM_SERVICE.",
+    ).tag(config=True)
         config=True
     )
     quota_max_workers = Integer(0, help="Workers a user may hold at once over all their live pools (0: no limit).").tag(

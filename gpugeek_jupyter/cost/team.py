@@ -20,6 +20,10 @@ checks every launch):
   stops running pools once reached, as a pool's own ``--budget`` does;
 - ``user_quotas``: per-user overrides, e.g. ``{"ada": {"max_gpus": 16}}``.
 
+On JupyterHub the team's ledger service (:mod:`gpugeek_jupyter.hub.ledger_service`,
+``team_service_url``) owns the database instead, and users' processes report to it with their hub
+token (:mod:`.team_service`).
+
 A breach is one line naming the limit, the usage and the setting. :func:`team_report` is the
 admin's view: spend per user and GPU type over a period, from the ledger.
 
@@ -39,7 +43,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..config import get_config
@@ -53,6 +56,8 @@ from ..errors import (
     SpecError,
     Value,
 )
+from .team_rows import gpus_of as _gpus_of
+from .team_rows import opening_report, pool_key, start_of_day, start_of_month
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -126,13 +131,6 @@ class Usage:
     workers: int = 0
     user_usd_today: float = 0.0
     team_usd_month: float = 0.0
-
-
-def _gpus_of(spec: PoolSpec) -> int:
-    from ..catalog import load_catalog
-
-    gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
-    return 0 if gpu.is_cpu else int(spec.count)
 
 
 def _usd(amount: float) -> str:
@@ -240,11 +238,6 @@ def _tables() -> Any:
 _METADATA, POOLS = _tables()
 
 
-def pool_key(registry: Registry, pool_id: int, host: str | None = None) -> str:
-    """The ledger's key of a registry pool: the same id in another registry or host is another pool."""
-    return f"{host or socket.gethostname()}:{registry.path}:{int(pool_id)}"
-
-
 def _spend(rows: Any, since: float, until: float) -> float:
     total = 0.0
     for row in rows:
@@ -253,16 +246,6 @@ def _spend(rows: Any, since: float, until: float) -> float:
         if end > start:
             total += float(row.usd_per_hour) * (end - start) / 3600.0
     return total
-
-
-def start_of_day(now: float) -> float:
-    moment = datetime.fromtimestamp(now, UTC)
-    return moment.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
-
-
-def start_of_month(now: float) -> float:
-    moment = datetime.fromtimestamp(now, UTC)
-    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 
 @dataclass
@@ -286,10 +269,25 @@ class TeamLedger:
 
     def record_start(self, key: str, user: str, record: PoolRecord, spec: PoolSpec, usd_per_hour: float) -> None:
         """Open ``key``'s row (again, if a registry made anew reused an id: the old row is closed)."""
-        from sqlalchemy import insert, update
+        self.open_row(user, opening_report(key, record, spec, usd_per_hour))
+
+    def open_row(self, user: str, report: dict[str, Any]) -> None:
+        """Open the row an ``opening_report`` describes, as ``user``'s; the same report again (a
+        resend) changes nothing."""
+        from sqlalchemy import insert, select, update
 
         now = time.time()
+        key = str(report["key"])
         with self.engine.begin() as db:
+            same = db.execute(
+                select(POOLS.c.id).where(
+                    POOLS.c.pool_key == key,
+                    POOLS.c.user_name == user,
+                    POOLS.c.started_at == float(report["started_at"]),
+                )
+            ).first()
+            if same is not None:
+                return
             db.execute(update(POOLS).where(POOLS.c.pool_key == key, POOLS.c.ended_at.is_(None)).values(ended_at=now))
             db.execute(
                 update(POOLS).where(POOLS.c.pool_key == key).values(pool_key=POOLS.c.pool_key + f"#ended-{now:.6f}")
@@ -298,16 +296,32 @@ class TeamLedger:
                 insert(POOLS).values(
                     pool_key=key,
                     user_name=user,
-                    host=socket.gethostname(),
-                    pool_name=record.name,
-                    backend=spec.backend,
-                    gpu_type=spec.gpu_type,
-                    gpus=_gpus_of(spec),
-                    workers=int(spec.count),
-                    usd_per_hour=float(usd_per_hour),
-                    started_at=float(record.created_at or now),
+                    host=str(report["host"]),
+                    pool_name=str(report["pool_name"]),
+                    backend=str(report["backend"]),
+                    gpu_type=str(report["gpu_type"]),
+                    gpus=int(report["gpus"]),
+                    workers=int(report["workers"]),
+                    usd_per_hour=float(report["usd_per_hour"]),
+                    started_at=float(report["started_at"]),
                 )
             )
+
+    def owner_of(self, key: str) -> str | None:
+        """Whose row ``key`` is (None: no such row)."""
+        from sqlalchemy import select
+
+        with self.engine.connect() as db:
+            row = db.execute(select(POOLS.c.user_name).where(POOLS.c.pool_key == key)).first()
+        return None if row is None else str(row.user_name)
+
+    def holdings(self, user: str, now: float) -> tuple[list[Any], float, float]:
+        """``user``'s open rows, their spend today and the team's this month (UTC)."""
+        return (
+            self.open_pools(user),
+            self.spend(start_of_day(now), now, user=user),
+            self.spend(start_of_month(now), now),
+        )
 
     def record_end(self, key: str, ended_at: float | None = None) -> None:
         from sqlalchemy import update
@@ -386,9 +400,17 @@ def _ledger(url: str) -> TeamLedger:
     return TeamLedger(url)
 
 
-def team_ledger(config: GpugeekConfig | None = None) -> TeamLedger | None:
-    """The configured team ledger, or None (a single user's private registry only)."""
-    url = (config or get_config()).team_ledger_url
+def team_ledger(config: GpugeekConfig | None = None, registry: Registry | None = None) -> Any:
+    """The configured team ledger: the team's ledger service (``team_service_url``, reached with the
+    user's hub token; reports it misses wait in ``registry``'s outbox), else the database
+    (``team_ledger_url``), else None (a single user's private registry only)."""
+    config = config or get_config()
+    if config.team_service_url:
+        from ..store import get_registry
+        from .team_service import service_ledger
+
+        return service_ledger(config.team_service_url, registry or get_registry())
+    url = config.team_ledger_url
     return _ledger(url) if url else None
 
 
@@ -401,7 +423,7 @@ def _registry_usage(registry: Registry, spec_of: Any) -> tuple[int, int]:
     return gpus, workers
 
 
-def usage_of(user: str, registry: Registry, ledger: TeamLedger | None) -> Usage:
+def usage_of(user: str, registry: Registry, ledger: Any) -> Usage:
     """What ``user`` holds and spent, from the ledger when there is one, else from this registry."""
     from ..spec import PoolSpec
 
@@ -409,8 +431,13 @@ def usage_of(user: str, registry: Registry, ledger: TeamLedger | None) -> Usage:
     if ledger is None:
         gpus, workers = _registry_usage(registry, lambda r: PoolSpec.from_dict(r.spec))
         return Usage(gpus=gpus, workers=workers)
-    ledger.close_lost(user, registry)
-    open_rows = ledger.open_pools(user)
+    try:
+        ledger.close_lost(user, registry)
+        open_rows, today, month = ledger.holdings(user, now)
+    except OSError as e:  # the ledger service does not answer: this registry is the record meanwhile
+        log.warning("the team's ledger service did not answer (%s): quotas count this registry only", e)
+        gpus, workers = _registry_usage(registry, lambda r: PoolSpec.from_dict(r.spec))
+        return Usage(gpus=gpus, workers=workers)
     recorded = {str(r.pool_key) for r in open_rows}
     # pools of this registry still starting have no row yet (it is written when they are ready)
     starting = [
@@ -421,8 +448,8 @@ def usage_of(user: str, registry: Registry, ledger: TeamLedger | None) -> Usage:
     return Usage(
         gpus=sum(int(r.gpus) for r in open_rows) + sum(_gpus_of(spec) for spec in starting),
         workers=sum(int(r.workers) for r in open_rows) + sum(int(spec.count) for spec in starting),
-        user_usd_today=ledger.spend(start_of_day(now), now, user=user),
-        team_usd_month=ledger.spend(start_of_month(now), now),
+        user_usd_today=today,
+        team_usd_month=month,
     )
 
 
@@ -431,7 +458,7 @@ def admit_launch(manager: PoolManager, spec: PoolSpec) -> None:
     config = get_config()
     user = current_user()
     quota = quota_for(user, config)
-    ledger = team_ledger(config)
+    ledger = team_ledger(config, manager.registry)
     budget = float(config.team_budget_usd_per_month)
     if not quota.limits_anything and not (ledger is not None and budget):
         return
@@ -457,7 +484,7 @@ class TeamLedgerReporter:
 
     name = TEAM_PLUGIN
 
-    def __init__(self, ledger: TeamLedger) -> None:
+    def __init__(self, ledger: Any) -> None:
         self.ledger = ledger
         self._checked_at: dict[int, float] = {}
 
@@ -478,12 +505,19 @@ class TeamLedgerReporter:
         self.ledger.record_end(pool_key(manager.registry, record.id), record.ended_at)
 
     def heartbeat(self, manager: PoolManager, pool: Pool) -> None:
+        flush = getattr(self.ledger, "flush", None)
+        if flush is not None:
+            flush()  # reports the ledger service missed, once it answers again
         budget = float(get_config().team_budget_usd_per_month)
         now = time.monotonic()
         if not budget or now - self._checked_at.get(pool.id, 0.0) < TEAM_BUDGET_CHECK_S:
             return
         self._checked_at[pool.id] = now
-        spent = self.ledger.spend(start_of_month(time.time()))
+        try:
+            spent = self.ledger.spend(start_of_month(time.time()))
+        except OSError as e:
+            log.info("the team's spend could not be read (%s); checked again in %.0f s", e, TEAM_BUDGET_CHECK_S)
+            return
         if spent >= budget:
             from .guards import stop_for
 
@@ -499,7 +533,7 @@ class TeamLedgerReporter:
 def install_team_ledger(manager: PoolManager) -> None:
     """Check every launch against the quotas; with a team ledger configured, report to it too."""
     manager.admission_checks.append(functools.partial(admit_launch, manager))
-    ledger = team_ledger()
+    ledger = team_ledger(registry=manager.registry)
     if ledger is not None:
         manager.register_plugin(TeamLedgerReporter(ledger))  # type: ignore[arg-type]
 
@@ -511,6 +545,7 @@ class Viewer:
 
     name: str
     admin: bool
+    token: str | None = field(default=None, repr=False, compare=False)  # theirs, for the ledger service
 
 
 def viewer_from_hub_model(model: Mapping[str, Any]) -> Viewer:
@@ -603,5 +638,10 @@ def team_report(
                 field="user",
             )
         user = viewer.name
+    if viewer.token and hasattr(ledger, "with_token"):
+        ledger = ledger.with_token(viewer.token)  # the ledger service asks the hub who they are itself
     start = _when(since, "since")
-    return ledger.report(start if start is not None else start_of_month(time.time()), _when(until, "until"), user)
+    rows: list[dict[str, Any]] = ledger.report(
+        start if start is not None else start_of_month(time.time()), _when(until, "until"), user
+    )
+    return rows

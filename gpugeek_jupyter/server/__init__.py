@@ -25,6 +25,7 @@ variables. Pools the server launched are stopped by the extension's stop hook wh
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -50,6 +51,7 @@ class GpugeekServerExtension(ExtensionApp):
 
     service: GpugeekService | None = None
     writes: ThreadPoolExecutor | None = None
+    _outbox_stop: threading.Event | None = None
 
     def initialize_settings(self) -> None:
         # imported once here, before any request: requests run on several threads, and two threads
@@ -64,6 +66,12 @@ class GpugeekServerExtension(ExtensionApp):
         self.writes = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="gpugeek-write")
         self.settings[SERVICE_SETTING] = self.service
         self.settings[WRITES_EXECUTOR_SETTING] = self.writes
+        if config.team_service_url:  # reports the team's ledger service missed go once it answers
+            from ..cost.team import team_ledger
+            from ..cost.team_service import keep_flushing
+
+            self._outbox_stop = threading.Event()
+            keep_flushing(team_ledger(config, manager.registry), self._outbox_stop)
         self.log.info(
             "gpugeek_jupyter: pool routes at %sgpugeek/ (registry %s)",
             self.serverapp.base_url if self.serverapp else "/",
@@ -77,6 +85,8 @@ class GpugeekServerExtension(ExtensionApp):
         """Stop the pools this server launched (Jupyter calls this on a clean exit)."""
         if self.service is not None:
             self.service.shutdown()
+        if self._outbox_stop is not None:
+            self._outbox_stop.set()
         if self.writes is not None:
             self.writes.shutdown(wait=False)
 

@@ -289,7 +289,7 @@ class CatalogHandler(GpugeekHandler):
         await self.answer(self.service.catalog)
 
 
-def team_viewer(user: Any) -> Any:
+def team_viewer(user: Any, token: str | None = None) -> Any:
     """Who asks, for the team's spend: under JupyterHub the hub's identity of the caller (the single-user
     server's ``current_user.hub_user``, the hub's own model with its ``admin`` flag and the token's
     scopes); outside a hub, whoever holds this server's token runs code with its ledger URL anyway,
@@ -298,7 +298,8 @@ def team_viewer(user: Any) -> Any:
 
     hub_user = getattr(user, "hub_user", None)
     if isinstance(hub_user, dict) and hub_user.get("name"):
-        return viewer_from_hub_model(hub_user)
+        viewer = viewer_from_hub_model(hub_user)
+        return Viewer(viewer.name, viewer.admin, token=token)
     return Viewer(name=current_user(), admin=True)
 
 
@@ -307,7 +308,11 @@ class TeamHandler(GpugeekHandler):
     @authorized
     async def get(self) -> None:
         query = parse_team_query({key: self.get_query_argument(key) for key in self.request.query_arguments})
-        await self.answer(self.service.team, query.since, query.until, query.user, team_viewer(self.current_user))
+        # the caller's own hub token (header or login cookie), for a team ledger service to check
+        hub_auth = getattr(self.identity_provider, "hub_auth", None)
+        token = hub_auth.get_token(self) if hub_auth is not None else None
+        viewer = team_viewer(self.current_user, token or None)
+        await self.answer(self.service.team, query.since, query.until, query.user, viewer)
 
 
 class OpenApiHandler(GpugeekHandler):

@@ -13,7 +13,8 @@ end, never an edit of an old one: step 1 is the schema the first release wrote, 
    insert trigger), so the bytes of any window are two index lookups;
 4. a queue of jobs per pool (arrival time and submitting process of each job);
 5. ``schedules`` (what to run, when, where, and what to do when runs overlap or fail) and
-   ``schedule_runs`` (one row per occurrence: run, skipped, or caught up after missed ones).
+   ``schedule_runs`` (one row per occurrence: run, skipped, or caught up after missed ones);
+6. ``team_outbox``: reports to the team's ledger service waiting for it to answer.
 """
 
 from __future__ import annotations
@@ -212,12 +213,23 @@ _STEP_5 = (
     "CREATE INDEX IF NOT EXISTS schedule_runs_schedule ON schedule_runs(schedule_id, id)",
 )
 
+# Reports to the team's ledger service (a pool opened or closed) made while it did not answer: sent
+# in order once it does, then deleted.
+_STEP_6 = (
+    """CREATE TABLE IF NOT EXISTS team_outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    report TEXT NOT NULL,
+    queued_at REAL NOT NULL
+)""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tables of pools, workers, jobs, events, utilization and data volumes", _STEP_1),
     Migration(2, "indexes for the panel's bounded reads and the lost-pool sweeper", _STEP_2),
     Migration(3, "a running total of each pool's bytes sent, kept by a trigger", _STEP_3),
     Migration(4, "a queue of jobs per pool: arrival time and the submitting process of each job", _STEP_4),
     Migration(5, "scheduled runs: schedules and one row per occurrence", _STEP_5),
+    Migration(6, "the team outbox: reports waiting for the team's ledger service", _STEP_6),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "steps are numbered 1, 2, 3, ..."

@@ -9,13 +9,14 @@ from collections.abc import Callable
 
 from ._jobs import JobQueries
 from ._migrations import migrate
+from ._outbox import OutboxQueries
 from ._pools import PoolQueries
 from ._schedules import ScheduleQueries
 from ._utilization import UtilizationQueries
 from ._workers import WorkerQueries
 
 
-class Registry(PoolQueries, WorkerQueries, JobQueries, UtilizationQueries, ScheduleQueries):
+class Registry(PoolQueries, WorkerQueries, JobQueries, UtilizationQueries, ScheduleQueries, OutboxQueries):
     """Durable state shared by every process on the machine (or on a shared filesystem).
 
     Opening a file brings its schema up to date (see :mod:`._migrations`) or refuses a file made by a

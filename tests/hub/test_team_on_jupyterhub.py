@@ -15,6 +15,7 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -141,6 +142,17 @@ class Hub:
     def __init__(self, url: str, token: str) -> None:
         self.url = url
         self.token = token
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def ledger_service_pid(self) -> int:
+        """The team's ledger service, a managed service: a child process of the hub."""
+        import psutil
+
+        assert self.process is not None
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            if "gpugeek_jupyter.hub.ledger_service" in " ".join(child.cmdline()):
+                return int(child.pid)
+        raise AssertionError("the hub runs no gpugeek-ledger service")
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else (b"" if method in ("POST", "PUT") else None)
@@ -198,7 +210,7 @@ def hub(environment: Path, users: dict[str, int], ledger_url: str) -> Iterator[H
     )
     (settings / "jupyter_gpugeek_config.json").chmod(0o644)
     token = secrets.token_hex(16)
-    port, hub_port, proxy_api = _free_port(), _free_port(), _free_port()
+    port, hub_port, proxy_api, ledger_port = _free_port(), _free_port(), _free_port(), _free_port()
     config = work / "jupyterhub_config.py"
     config.write_text(
         f"""
@@ -208,14 +220,19 @@ c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api}"
 c.ConfigurableHTTPProxy.command = [{str(environment.parent / "proxy" / "bin" / "configurable-http-proxy")!r}]
 c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allowed_users = {set(USERS)!r}
-c.JupyterHub.services = [{{"name": "gpugeek-test", "api_token": {token!r}}}]
+c.JupyterHub.services = [
+    {{"name": "gpugeek-test", "api_token": {token!r}}},
+    {{"name": "gpugeek-ledger", "url": "http://127.0.0.1:{ledger_port}",
+      "command": [{str(environment / "bin" / "python")!r}, "-m", "gpugeek_jupyter.hub.ledger_service"],
+      "environment": {{"GPUGEEK_TEAM_LEDGER": {ledger_url!r}, "PYTHONDONTWRITEBYTECODE": "1"}}}},
+]
 c.JupyterHub.load_roles = [{{"name": "gpugeek-test", "services": ["gpugeek-test"],
     "scopes": ["admin:users", "admin:servers", "access:servers", "list:users", "read:users", "tokens"]}}]
 c.Spawner.cmd = [{str(environment / "bin" / "jupyterhub-singleuser")!r}]
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
 c.Spawner.environment = {{
-    "GPUGEEK_TEAM_LEDGER": {ledger_url!r},
+    "GPUGEEK_TEAM_SERVICE": "http://127.0.0.1:{ledger_port}/services/gpugeek-ledger/",
     "GPUGEEK_PRELOAD_TORCH": "0",
     "JUPYTER_CONFIG_PATH": {str(settings)!r},
     "PYTHONDONTWRITEBYTECODE": "1",
@@ -232,6 +249,7 @@ c.JupyterHub.cleanup_servers = True
         env={**os.environ, "PATH": f"{environment / 'bin'}:{os.environ['PATH']}"},
     )
     hub = Hub(f"http://127.0.0.1:{port}", token)
+    hub.process = process
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -333,6 +351,33 @@ def test_two_users_quotas_team_budget_and_ledger_on_a_real_jupyterhub(
     status, body = as_alice.call("GET", f"/user/{alice}/gpugeek/team?user={bob}")
     assert status == 403 and body["message"].startswith(f'"user": "{bob}": only a hub admin sees'), (status, body)
 
+    # a user cannot write another's rows: alice's own token, straight to the service, closing bob's pool
+    [bob_row] = ledger.open_pools(bob)
+    close_bobs = {"reports": [{"op": "close", "key": bob_row.pool_key, "ended_at": time.time()}]}
+    status, body = as_alice.call("POST", "/services/gpugeek-ledger/api/reports", close_bobs)
+    assert status == 200 and body["results"][0].startswith(
+        f"pool {bob_row.pool_key!r} belongs to '{bob}', not to '{alice}'"
+    )
+    assert [r.pool_name for r in ledger.open_pools(bob)] == ["bob-1"]
+    status, body = Hub(hub.url, "not-a-token").call("POST", "/services/gpugeek-ledger/api/reports", close_bobs)
+    assert status == 403, (status, body)
+
+    # the service stopped mid-pool: bob's pool stops meanwhile, and its row closes once it is back
+    service = hub.ledger_service_pid()
+    os.kill(service, signal.SIGSTOP)
+    try:
+        status, body = hub.call("DELETE", f"/user/{bob}/gpugeek/pools/bob-1")
+        assert status == 200, (status, body)
+        assert [r.pool_name for r in ledger.open_pools(bob)] == ["bob-1"]  # not written: it waits in his registry
+    finally:
+        os.kill(service, signal.SIGCONT)
+    deadline = time.monotonic() + 40  # the server sends its outbox every 10 s
+    while time.monotonic() < deadline and ledger.open_pools(bob):
+        time.sleep(0.5)
+    assert ledger.open_pools(bob) == []
+    ended = [r for r in ledger.report(0.0, user=bob)]
+    assert [(r["user"], r["pools"]) for r in ended] == [(bob, 1)]  # the one row, closed: nothing lost
+
     scratch = Path(tempfile.gettempdir()) / f"gpugeek-jobs-{users[alice]}"
     assert scratch.is_dir()
     hub.stop_server(alice)
@@ -341,5 +386,4 @@ def test_two_users_quotas_team_budget_and_ledger_on_a_real_jupyterhub(
         time.sleep(0.5)
     assert ledger.open_pools(alice) == []  # her server's stop stopped her pool and closed its row
     assert not scratch.exists()  # and her temporary folders went with it
-    assert [r.pool_name for r in ledger.open_pools(bob)] == ["bob-1"]
     ledger.engine.dispose()

@@ -1,0 +1,1 @@
+"""JupyterHub's side of a team: the team's ledger service (:mod:`.ledger_service`)."""
