@@ -207,3 +207,25 @@ def test_a_run_whose_kept_pool_no_longer_exists_fails_saying_so_and_counts(kept_
     ), failed
     assert (failed.job_id, orphan.record().failures) == (None, 1)
     orphan.delete()
+
+
+def test_a_pool_made_for_a_run_carries_its_budget_and_the_budget_stops_the_run(agent_settings: None) -> None:
+    import gpugeek_jupyter
+    from gpugeek_jupyter.store import get_registry
+
+    capped = gpugeek_jupyter.schedule(
+        cell="import time\ntime.sleep(120)", every="1h", gpu_type="cpu", count=1, budget=0.00001,
+        name="capped", namespace={},
+    )  # fmt: skip
+    ended = _until(
+        "the run's end",
+        lambda: [r for r in capped.runs() if r.status.value in ("failed", "cancelled")],
+        about=capped.runs,
+    )[0]
+    job = get_registry().job(ended.job_id)
+    pool = get_registry().pool_by_id(job.pool_id)
+    capped.delete()
+
+    assert "budget" in (job.failure_reason or ""), job
+    assert pool.status.value == "stopped" and "budget" in (pool.reason or ""), pool
+    assert pool.spec["budget"] == 0.00001
