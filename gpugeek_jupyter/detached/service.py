@@ -165,7 +165,7 @@ class AgentService:
         """Take back the pools a previous agent kept that outlived it (kept Slurm pools, whose
         scheduler runs in a keeper process), and follow their running detached jobs to the end;
         the pools' names. Called once, at start."""
-        from ..pools.kept_scheduler import pools_to_take_back, take_back
+        from ..pools.slurm.kept_scheduler import pools_to_take_back, take_back
 
         names = []
         for record in pools_to_take_back(self.manager.registry, AGENT_OWNER):

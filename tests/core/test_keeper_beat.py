@@ -1,4 +1,4 @@
-"""The beat of a kept Slurm pool's keeper (pools/kept_scheduler.py), against a real registry: it holds
+"""The beat of a kept Slurm pool's keeper (pools/slurm/kept_scheduler.py), against a real registry: it holds
 the pool's lease while its agent lives, brings an agent back when it died (the agent's start
 command), carries out a stop requested while no agent runs, and gives the pool up after
 ``keeper_grace_seconds`` with no agent back. The scheduler and Slurm around it are tested in
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpugeek_jupyter import config
-from gpugeek_jupyter.pools.kept_scheduler import KeeperFiles, _OwnerWatch
+from gpugeek_jupyter.pools.slurm.kept_scheduler import KeeperFiles, _OwnerWatch
 from gpugeek_jupyter.store import PoolStatus, get_registry, make_private_directory
 
 

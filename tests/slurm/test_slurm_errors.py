@@ -159,8 +159,8 @@ def test_loading_the_backend_leaves_ctrl_c_and_threads_alone() -> None:
     program = (
         "import signal, threading, distributed\n"
         "before = signal.getsignal(signal.SIGINT)\n"
-        "from gpugeek_jupyter.pools.slurm import _require_jobqueue\n"
-        "thread = threading.Thread(target=_require_jobqueue)\n"
+        "from gpugeek_jupyter.pools.slurm.jobqueue import require_jobqueue\n"
+        "thread = threading.Thread(target=require_jobqueue)\n"
         "thread.start(); thread.join()\n"
         "import dask_jobqueue\n"
         "assert signal.getsignal(signal.SIGINT) is before, signal.getsignal(signal.SIGINT)\n"

@@ -1,6 +1,6 @@
 """A Slurm pool's batch jobs as its registry events record them (``slurm-job`` when one was
 submitted for a worker, ``worker-ended`` when one ended), and cancelling them: for cost reports
-(``sacct -j``), a pool taken back by a new agent, and its keeper (pools/kept_scheduler.py).
+(``sacct -j``), a pool taken back by a new agent, and its keeper (:mod:`.kept_scheduler`).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from ..store import Registry
+from ...store import Registry
 
 EVENT_JOB = "slurm-job"
 EVENT_ENDED = "worker-ended"

@@ -3,7 +3,7 @@
 A pool the user's agent keeps must survive the agent too: its workers are Slurm jobs, and what ties
 them to the notebook is their dask scheduler. So for such a pool the scheduler does not run in the
 agent (as it does in a kernel) but in a *keeper* process, ``python -m
-gpugeek_jupyter.pools.kept_scheduler <folder>``, in a session of its own. dask-jobqueue's
+gpugeek_jupyter.pools.slurm.kept_scheduler <folder>``, in a session of its own. dask-jobqueue's
 ``SLURMCluster`` in the agent drives it as any scheduler it started (:class:`KeptScheduler` is its
 ``scheduler_cls``, a ``ProcessInterface`` like dask's own ``SubprocessScheduler``), and a running
 job's ranks, which talk only to their scheduler, go on whatever happens to the agent.
@@ -41,8 +41,8 @@ from typing import Any
 
 from distributed.deploy.spec import ProcessInterface
 
-from ..config import get_config
-from ..store import (
+from ...config import get_config
+from ...store import (
     PoolStatus,
     get_registry,
     make_private_directory,
@@ -50,6 +50,7 @@ from ..store import (
     process_is_alive,
     process_started_at,
 )
+from .jobs import scancel_pool_jobs, slurm_jobs_by_worker
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ class KeptScheduler(ProcessInterface):
         make_private_file(self.files.log)
         with self.files.log.open("ab") as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "gpugeek_jupyter.pools.kept_scheduler", str(self.files.folder)],
+                [sys.executable, "-m", "gpugeek_jupyter.pools.slurm.kept_scheduler", str(self.files.folder)],
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -202,13 +203,9 @@ class TakenBackCluster:
         self.keeper_pid = keeper_pid
 
     def job_ids(self) -> dict[str, str]:
-        from .slurm_jobs import slurm_jobs_by_worker
-
         return slurm_jobs_by_worker(self.registry, self.pool_id)
 
     def close(self, timeout: float = 30.0) -> None:
-        from .slurm_jobs import scancel_pool_jobs
-
         try:
             scancel_pool_jobs(self.registry, self.pool_id)
         finally:
@@ -235,10 +232,10 @@ def pools_to_take_back(registry: Any, owner_prefix: str) -> list[Any]:
 def take_back(manager: Any, record: Any) -> Any:
     """Pool ``record`` (see :func:`pools_to_take_back`) owned by ``manager`` from now on: its
     scheduler reached, the keeper told who owns it; the :class:`~.Pool`."""
-    from ..dashboards import browser_link
-    from ._backend import RunningCluster
-    from .credentials import connection_security
-    from .private_http import PoolClient
+    from ...dashboards import browser_link
+    from .._backend import RunningCluster
+    from ..credentials import connection_security
+    from ..private_http import PoolClient
 
     files = KeeperFiles.of(record.id)
     address = files.read_address() or record.scheduler_address
@@ -269,8 +266,8 @@ def main(folder: str) -> None:
 
 
 async def _serve(files: KeeperFiles, settings: dict[str, Any]) -> None:
-    from .credentials import pool_credentials
-    from .private_http import PrivateHttpScheduler
+    from ..credentials import pool_credentials
+    from ..private_http import PrivateHttpScheduler
 
     pool_id = int(settings["pool_id"])
     registry = get_registry()
@@ -355,8 +352,6 @@ class _OwnerWatch:
 
 
 def _cancel_slurm_jobs(registry: Any, pool_id: int) -> None:
-    from .slurm_jobs import scancel_pool_jobs
-
     try:
         scancel_pool_jobs(registry, pool_id)
     except Exception as e:  # the scheduler closes all the same; its workers then exit
