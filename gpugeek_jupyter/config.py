@@ -52,6 +52,7 @@ ENVIRONMENT = {
     "job_logs_dir": "GPUGEEK_JOB_LOGS",
     "job_log_bytes": "GPUGEEK_JOB_LOG_BYTES",
     "job_logs_keep": "GPUGEEK_JOB_LOGS_KEEP",
+    "mlflow_tracking_uri": "GPUGEEK_MLFLOW_URI",
     "elastic_wait_seconds": "GPUGEEK_ELASTIC_WAIT",
     "agent_idle_seconds": "GPUGEEK_AGENT_IDLE",
     "keeper_grace_seconds": "GPUGEEK_KEEPER_GRACE",
@@ -171,6 +172,13 @@ class GpugeekConfig(Configurable):
         500,
         help="Jobs whose logs are kept; the oldest are removed in the background as new ones are written. "
         "Env: GPUGEEK_JOB_LOGS_KEEP.",
+    ).tag(config=True)
+    mlflow_tracking_uri = Unicode(
+        "",
+        help="MLflow tracking server (or store URI) that gets one run per job: the job's hyperparameters "
+        "as params, rank 0's gg.log values as metrics, its id, pool, kind, code hash and outcome as tags, "
+        "e.g. 'http://127.0.0.1:5000' ('': no tracking; needs the mlflow extra). The job never waits on "
+        "it. Env: GPUGEEK_MLFLOW_URI.",
     ).tag(config=True)
     log_level = CaselessStrEnum(
         ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],

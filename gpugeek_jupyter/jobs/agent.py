@@ -41,6 +41,7 @@ from .result import JobResult
 from .roster import WorkerRoster
 from .slow_ranks import SlowRanks
 from .state import AttemptResult, AttemptState
+from .tracking import MlflowRun, both, start_run
 from .transport import PoolTransport
 from .watch import AttemptWatch, OutputCallback, ProgressCallback
 
@@ -180,7 +181,8 @@ class JobAgent:
         events: Events = queue.Queue()
         self._events[job_id] = events
         logs = JobLogs(job_id)
-        logs.on_metrics = on_metrics
+        run = self._tracking_run(job_id, request)
+        logs.on_metrics = both(on_metrics, run.metrics if run is not None else None)
         restarts, not_started = 0, 0
         sizes: list[int] = []  # the world size of each attempt that ran, when it changed (elastic jobs)
         try:
@@ -227,7 +229,25 @@ class JobAgent:
             sizes=sizes or [len(reports)],
         )
         record.finished(result)
+        if run is not None:
+            unsent = run.end(result)
+            if unsent is not None:
+                on_notice(unsent)
         return result
+
+    def _tracking_run(self, job_id: str, request: JobRequest) -> MlflowRun | None:
+        """The job's MLflow run when ``GpugeekConfig.mlflow_tracking_uri`` is set (see :mod:`.tracking`)."""
+        from ..config import get_config
+
+        uri = get_config().mlflow_tracking_uri
+        if not uri:
+            return None
+        spec = self.pool.spec
+        params = {**request.hyperparams, "pool.gpu_type": spec.gpu_type, "pool.count": spec.count}
+        params["pool.backend"] = spec.backend
+        tags = {"gpugeek.job_id": job_id, "gpugeek.pool": self.pool.name, "gpugeek.kind": request.kind}
+        tags["gpugeek.code_sha256"] = request.sha256
+        return start_run(uri, job_id, params, tags)
 
     def _attempt(
         self,
