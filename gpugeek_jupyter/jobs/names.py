@@ -28,6 +28,7 @@ sends what those ranks miss and records nothing.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import pickle
@@ -117,8 +118,6 @@ class _Digest(io.RawIOBase):
 def fingerprint(value: Any) -> str:
     """The SHA-256 of ``value``'s pickle, with tensors as their :func:`tensor_token` and the bytes of
     out-of-band buffers (numpy arrays) hashed in place. Raises what pickling raises."""
-    import cloudpickle
-
     digest = _Digest()
 
     def buffer(view: pickle.PickleBuffer) -> bool:
@@ -128,12 +127,27 @@ def fingerprint(value: Any) -> str:
             return True
         return False
 
+    _fingerprinter()(digest, protocol=5, buffer_callback=buffer).dump(value)
+    return digest.hash.hexdigest()
+
+
+@functools.cache
+def _fingerprinter() -> type:
+    """cloudpickle's pickler with tensors as their tokens (made once: cloudpickle is imported lazily)."""
+    import cloudpickle
+
     class Fingerprinter(cloudpickle.Pickler):  # type: ignore[misc]
         def persistent_id(self, obj: Any) -> Any:
             return tensor_token(obj)
 
-    Fingerprinter(digest, protocol=5, buffer_callback=buffer).dump(value)
-    return digest.hash.hexdigest()
+    return Fingerprinter
+
+
+@functools.cache
+def _empty_blob() -> bytes:
+    import cloudpickle
+
+    return bytes(cloudpickle.dumps({}))
 
 
 @dataclass
@@ -192,6 +206,10 @@ class RanksHold:
         sending = {n: v for n, v in names.values.items() if self.names.get(n) != names.fingerprints[n]}
         kept = tuple(n for n in names.values if n not in sending)
         forgotten = tuple(s for s, (ref, _) in self.tensors.items() if ref() is None) if every_rank else ()
+        base = code if code is not None else CellCode("", "", b"", (), {}, False)
+        if not sending:  # the usual cell: nothing to pickle
+            shipped = replace(base, names_blob=_empty_blob(), kept=kept, forget=forgotten, owner=OWNER)
+            return Shipment(shipped, {}, {}, forgotten, every_rank, generation)
         held = self.tensors
         new: dict[int, tuple[weakref.ref[Any], TensorToken]] = {}
         parts: set[int] = set()  # tensors a kept tensor is rebuilt from (a Parameter's data): plain
@@ -219,7 +237,6 @@ class RanksHold:
 
         buffer = io.BytesIO()
         Sender(buffer, protocol=5).dump(sending)
-        base = code if code is not None else CellCode("", "", b"", (), {}, False)
         shipped = replace(base, names_blob=buffer.getvalue(), kept=kept, forget=forgotten, owner=OWNER)
         sent = {n: names.fingerprints[n] for n in sending}
         return Shipment(shipped, sent, new, forgotten, every_rank, generation)
