@@ -182,8 +182,9 @@ class Job:
         raises :class:`~gpugeek_jupyter.errors.PoolBusyError` naming that job instead). ``timeout``
         counts from the start of the run; ``result.waited_s`` is the time spent in the queue.
 
-        ``hyperparams`` become ``--name value`` arguments after ``args``. Output is written live,
-        labelled ``[rank N]``, to this process's stdout/stderr (or given to ``on_output(rank,
+        ``hyperparams`` become ``--name value`` arguments after ``args``; ``True`` is the bare
+        ``--name`` (argparse's ``store_true``) and ``False`` leaves the flag out. Output is written
+        live, labelled ``[rank N]``, to this process's stdout/stderr (or given to ``on_output(rank,
         stream, text)``). A failed job is a result with ``ok`` False (``raise_for_status()`` raises);
         an interrupt stops every rank, then raises ``KeyboardInterrupt``.
 

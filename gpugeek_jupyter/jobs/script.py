@@ -1,10 +1,11 @@
 """Scripts run as under ``torchrun --nproc_per_node=N script.py ARGS``, unchanged.
 
 Each rank runs the script in its worker with torchrun's environment (:mod:`.env`),
-``sys.argv == [script_path, *args, *hyperparams as --name value]``, ``__name__ == "__main__"``,
-``__file__`` absolute, the script's folder first on ``sys.path``, and the working directory of the
-caller (when the worker can see it). ``SystemExit(0)`` or falling off the end is success; any other
-exit status, or an exception (status 1, like the interpreter), fails the job.
+``sys.argv == [script_path, *args, *hyperparams as --name value]`` (``True`` the bare ``--name``,
+``False`` left out), ``__name__ == "__main__"``, ``__file__`` absolute, the script's folder first
+on ``sys.path``, and the working directory of the caller (when the worker can see it).
+``SystemExit(0)`` or falling off the end is success; any other exit status, or an exception
+(status 1, like the interpreter), fails the job.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ class ScriptProgram:
 def hyperparams_to_args(hyperparams: Mapping[str, Any] | None) -> list[str]:
     """``{"batch_size": 256, "lr": 3e-5}`` -> ``["--batch_size", "256", "--lr", "3e-05"]``.
 
-    A list or tuple gives several values (``--layers 2 4``); ``None`` gives the bare flag.
+    A list or tuple gives several values (``--layers 2 4``). ``True`` and ``None`` give the bare
+    flag (``{"fp16": True}`` -> ``["--fp16"]``, for argparse's ``store_true``) and ``False`` gives
+    nothing, so a switch that is off is simply not passed.
     """
     args: list[str] = []
     for name, value in (hyperparams or {}).items():
@@ -44,8 +47,10 @@ def hyperparams_to_args(hyperparams: Mapping[str, Any] | None) -> list[str]:
                 rule="letters, digits, '_', '-' or '.'",
                 example={"batch_size": 256},
             )
+        if value is False:
+            continue
         args.append(f"--{name}")
-        if value is None:
+        if value is None or value is True:
             continue
         if isinstance(value, list | tuple):
             args.extend(str(v) for v in value)

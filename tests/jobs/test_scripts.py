@@ -112,3 +112,23 @@ def test_a_missing_script_is_a_clear_error(pool: Any, in_tmp: Path) -> None:
 
     with pytest.raises(SpecError, match="cannot read script 'nope.py'"):
         run_script(pool, "nope.py")
+
+
+def test_boolean_hyperparams_are_argparse_switches(pool: Any, in_tmp: Path) -> None:
+    from gpugeek_jupyter import ClusterClient
+
+    (in_tmp / "switches.py").write_text(
+        "import argparse, json, os\n"
+        "p = argparse.ArgumentParser()\n"
+        "p.add_argument('--fp16', action='store_true')\n"
+        "p.add_argument('--compile', action='store_true')\n"
+        "p.add_argument('--lr', type=float)\n"
+        "a = p.parse_args()\n"
+        "with open(f\"seen{os.environ['RANK']}.json\", 'w') as f:\n"
+        "    json.dump(vars(a), f)\n"
+    )
+    job = ClusterClient().job_on("jobs")
+    result = job.run(script_path="switches.py", hyperparams={"fp16": True, "compile": False, "lr": 0.5})
+    assert result.ok, result.report()
+    for rank in range(2):
+        assert json.loads((in_tmp / f"seen{rank}.json").read_text()) == {"fp16": True, "compile": False, "lr": 0.5}
