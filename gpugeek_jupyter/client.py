@@ -115,12 +115,21 @@ class ClusterClient:
         with phrased_for(Surface.PYTHON):
             return Job(get_pool_manager().get(pool), owns_pool=False)
 
-    def jobs(self, limit: int = DEFAULT_JOBS_LIMIT, pool: str | None = None) -> list[JobRecord]:
+    def jobs(self, pool: str | None = None, limit: int = DEFAULT_JOBS_LIMIT) -> list[JobRecord]:
         """The newest ``limit`` job records of the registry, of pool ``pool`` or of every pool, every
-        kernel included (``%gpugeek_jobs --pool NAME --limit N``)."""
+        kernel included; the pool comes first, as NAME does in ``%gpugeek_jobs NAME --limit N``.
+
+        >>> [j.id for j in ClusterClient().jobs("misc", limit=2)]   # doctest: +SKIP
+        ['job-3f2a9c7b', 'job-1b2c3d4e']
+        """
         from .store import get_registry
 
         with phrased_for(Surface.PYTHON):
+            if pool is not None and not isinstance(pool, str):
+                # jobs(5) read the newest 5 before the pool came first: say where the number goes
+                raise SpecError(
+                    field="pool", value=pool, rule="a pool name (a number of jobs is limit=N)", example="misc"
+                )
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise SpecError(field="limit", value=limit, rule="a whole number >= 1", example=20)
             registry = get_registry()

@@ -192,3 +192,16 @@ def test_a_launch_while_multiprocessing_reruns_the_main_script_fails_at_once(mon
     with pytest.raises(PoolStartError, match='put the launch under `if __name__ == "__main__":`'):
         ClusterClient().create_job(gpu_type="cpu", count=2)
     assert time.monotonic() - started < 5
+
+
+def test_jobs_takes_the_pool_name_first_as_the_magic_does(pool: Any, in_tmp: Path) -> None:
+    from gpugeek_jupyter import ClusterClient
+    from gpugeek_jupyter.errors import SpecError
+
+    result = ClusterClient().job_on("jobs").run_cell("1 + 1")
+    assert result.ok, result.report()
+    assert [r.id for r in ClusterClient().jobs("jobs", limit=1)] == [result.job_id]
+    assert [r.id for r in ClusterClient().jobs(pool="jobs", limit=1)] == [result.job_id]
+    with pytest.raises(SpecError) as number:
+        ClusterClient().jobs(5)  # type: ignore[arg-type]
+    assert str(number.value) == "pool must be a pool name (a number of jobs is limit=N), got 5 (e.g. pool='misc')"
