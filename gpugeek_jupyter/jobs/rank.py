@@ -710,9 +710,12 @@ def compile_cell(source: str, filename: str) -> tuple[types.CodeType, types.Code
 
 
 def to_cpu(value: Any, torch: Any) -> Any:
-    """Tensors (also inside lists, tuples and dicts) moved to the CPU and detached."""
+    """Tensors (also inside lists, tuples and dicts) moved to the CPU and detached from the rank's
+    graph, keeping what the notebook reads of them: ``requires_grad``, and a ``Parameter`` stays one."""
+    if isinstance(value, torch.nn.Parameter):
+        return torch.nn.Parameter(value.detach().cpu(), requires_grad=value.requires_grad)
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
+        return value.detach().cpu().requires_grad_(value.requires_grad)
     if isinstance(value, list):
         return [to_cpu(v, torch) for v in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):

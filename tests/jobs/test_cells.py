@@ -58,10 +58,26 @@ def test_last_expression_comes_back_per_rank_with_tensors_on_cpu(pool: Any) -> N
     )
     assert [v["r"] for v in result.values] == [[0], [1]]
     for rank, value in enumerate(result.values):
-        assert value["w"].device.type == "cpu" and not value["w"].requires_grad
+        assert value["w"].device.type == "cpu" and value["w"].requires_grad and value["w"].grad_fn is None
         assert torch.equal(value["w"], torch.full((2,), float(rank + 1)))
     only_rank0 = run_cell(pool, "rank + 10", {}, rank0=True)
     assert only_rank0.values[0] == 10 and only_rank0.values[1] is None
+
+
+def test_values_brought_back_keep_requires_grad_and_stay_parameters(pool: Any) -> None:
+    result = run_cell(
+        pool,
+        "net = torch.nn.Linear(2, 1)\nnet.bias.requires_grad_(False)\n"
+        "(net.weight, net.bias, torch.ones(1, requires_grad=True), torch.ones(1))",
+        {"torch": torch},
+    )
+    assert result.ok, result.report()
+    for weight, bias, leaf, plain in result.values:
+        assert isinstance(weight, torch.nn.Parameter) and weight.requires_grad
+        assert isinstance(bias, torch.nn.Parameter) and not bias.requires_grad
+        assert not isinstance(leaf, torch.nn.Parameter) and leaf.requires_grad
+        assert not isinstance(plain, torch.nn.Parameter) and not plain.requires_grad
+    torch.nn.Linear(2, 1).weight = result.values[0][0]  # what a Tensor would be refused for
 
 
 def test_notebook_functions_classes_variables_and_modules_travel(pool: Any) -> None:
