@@ -3,14 +3,15 @@
 The core's packages form layers (``store`` < ``pools`` < ``telemetry`` < ``jobs``, ``cost``), and
 a lower layer never imports a higher one: the pool lifecycle publishes its events through
 :class:`~gpugeek_jupyter.pools.PoolLifecyclePlugin` hooks, and this module, above all of them,
-registers the plugins that cost, telemetry, jobs and the Kubernetes backend provide. Kernels,
-scripts and the server all get their manager here, so they run the same plugins. (The layers are
-written down in ``pyproject.toml`` and checked by import-linter.)
+registers the plugins that cost, telemetry and jobs provide (a backend's own plugins, Kubernetes'
+disruption recorder and Slurm's job watcher, are registered by the manager for that backend's pools
+when it first uses the backend). Kernels, scripts and the server all get their manager here, so
+they run the same plugins. (The layers are written down in ``pyproject.toml`` and checked by
+import-linter.)
 
 >>> manager = get_pool_manager()          # doctest: +SKIP
 >>> sorted(manager.plugins)               # doctest: +SKIP
-['gpugeek-cost', 'gpugeek-end-jobs-before-stop', 'gpugeek-k8s-disruptions', 'gpugeek-slurm-jobs', 'gpugeek-telemetry',
- 'gpugeek-version-check']
+['gpugeek-cost', 'gpugeek-end-jobs-before-stop', 'gpugeek-telemetry', 'gpugeek-version-check', ...]
 """
 
 from __future__ import annotations
@@ -61,16 +62,12 @@ def create_pool_manager(registry: Registry | None = None, owner: str | None = No
     from .cost.guards import install_cost_hooks
     from .cost.team import install_team_ledger
     from .jobs import EndJobsBeforeStop
-    from .pools.kubernetes import DisruptionRecorder
-    from .pools.slurm import SlurmJobWatcher
 
     manager = PoolManager(registry=registry, owner=owner)
     manager.register_plugin(TelemetryStarter())  # samplers on every worker of a new pool
     manager.register_plugin(VersionCheck())  # workers with another torch, dask or gpugeek_jupyter named
     install_cost_hooks(manager)  # utilization samples, budget and idle-shutdown watchers
     install_team_ledger(manager)  # quotas checked at launch; pools written to the team ledger if there is one
-    manager.register_plugin(DisruptionRecorder())  # preempted pods of kubernetes pools (no-op otherwise)
-    manager.register_plugin(SlurmJobWatcher())  # slurm pools: job ids, ended jobs reported and replaced
     manager.register_plugin(EndJobsBeforeStop())  # a running job ends, with the reason, before its workers go
     return manager
 

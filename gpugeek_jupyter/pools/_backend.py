@@ -58,13 +58,17 @@ class RunningCluster:
 class Outliving:
     """Asks a backend that can (``can_outlive_owner``) to run pool ``pool_id``'s scheduler apart from
     this process, so the pool outlives it; ``restart_command`` brings an owner back when it dies
-    (the user's agent, which takes such pools back: pools/kept_scheduler.py)."""
+    (the user's agent, which takes such pools back: pools/slurm/kept_scheduler.py)."""
 
     pool_id: int
     restart_command: tuple[str, ...]
 
 
 class Backend(Protocol):
+    """What the manager asks of a backend (named in ``pools/_backends.py``). Optional, looked up with
+    ``getattr``: ``lifecycle_plugins()``, the plugins of this backend's pools (registered for them
+    only, by ``PoolManager.backend``); ``can_reconnect`` with ``reconnect()``; ``can_outlive_owner``."""
+
     name: str
     # True: the manager makes the pool its own TLS credentials at launch (GpugeekConfig.pool_tls)
     # and hands them to start(); False: the backend's connections are secured elsewhere, or not

@@ -22,13 +22,14 @@ from typing import Any
 
 from ..config import get_config
 from ..dashboards import browser_link
-from ..errors import ConflictError, GpugeekError, PoolStartError, SpecError
+from ..errors import ConflictError, GpugeekError, PoolStartError
 from ..logs import set_library_log_level
 from ..polling import poll_until
 from ..pricing import prices_in_force
 from ..spec import PoolSpec
 from ..store import PoolRecord, PoolStatus, Registry, get_registry
 from ._backend import Backend, Outliving, ProgressCallback, RunningCluster
+from ._backends import backend_for
 from ._plugin import HOOKS, PoolLifecyclePlugin, implemented_hooks, plugin_name
 from ._pool import Pool
 from .credentials import (
@@ -46,26 +47,6 @@ log = logging.getLogger(__name__)
 HOUSEKEEPING_MIN_TIMEOUT_S = 10.0
 # threads that run housekeeping tasks: a pool stuck in a plugin holds one, the other pools use the rest
 HOUSEKEEPING_WORKERS = 4
-
-
-def backend_for(name: str) -> Backend:
-    if name == "local":
-        from .local import LocalBackend
-
-        return LocalBackend()
-    if name == "address":
-        from .address import AddressBackend
-
-        return AddressBackend()
-    if name == "kubernetes":
-        from .kubernetes import KubernetesBackend
-
-        return KubernetesBackend()
-    if name == "slurm":
-        from .slurm import SlurmBackend
-
-        return SlurmBackend()
-    raise SpecError(field="backend", value=name, rule="one of local, kubernetes, address, slurm", example="local")
 
 
 class _WorkerTracker:
@@ -131,6 +112,8 @@ class PoolManager:
         self._current: str | None = None
         self._lock = threading.RLock()
         self._plugins: dict[str, PoolLifecyclePlugin] = {}
+        self._plugin_backend: dict[str, str | None] = {}  # plugin name -> the backend whose pools it serves (None: all)
+        self._backends_with_plugins: set[str] = set()  # backends whose own plugins are registered
         # called with each spec before anything of a launch starts; one raises to refuse it (quotas)
         self.admission_checks: list[Callable[[PoolSpec], None]] = []
         self._kept_alive: set[int] = set()  # ids of owned pools not yet final: the liveness beat renews them
@@ -145,8 +128,10 @@ class PoolManager:
         atexit.register(self.shutdown)
 
     # -- plugins ---------------------------------------------------------------------------------
-    def register_plugin(self, plugin: PoolLifecyclePlugin, name: str | None = None) -> str:
+    def register_plugin(self, plugin: PoolLifecyclePlugin, name: str | None = None, backend: str | None = None) -> str:
         """Add ``plugin`` under ``name`` (default: its ``name`` attribute, else its class); returns the name.
+        With ``backend``, its hooks run for that backend's pools only (a backend's own plugins,
+        :meth:`backend`).
 
         Registering a name again replaces that plugin, so a plugin is never installed twice:
 
@@ -162,11 +147,13 @@ class PoolManager:
         chosen = plugin_name(plugin, name)
         with self._lock:
             self._plugins[chosen] = plugin
+            self._plugin_backend[chosen] = backend
         return chosen
 
     def unregister_plugin(self, name: str) -> PoolLifecyclePlugin | None:
         """Remove the plugin registered as ``name``; returns it, or None when there was none."""
         with self._lock:
+            self._plugin_backend.pop(name, None)
             return self._plugins.pop(name, None)
 
     @property
@@ -175,10 +162,28 @@ class PoolManager:
         with self._lock:
             return dict(self._plugins)
 
-    def _dispatch(self, hook: str, *args: Any, pool_name: str = "") -> None:
-        """Call ``hook`` on every plugin that has it; a failing one is logged with its name."""
-        for name, plugin in self.plugins.items():
-            self._call_hook(name, plugin, hook, *args, pool_name=pool_name)
+    def plugins_for(self, backend: str) -> dict[str, PoolLifecyclePlugin]:
+        """The plugins whose hooks run for a pool of ``backend``: those of every pool and its own."""
+        with self._lock:
+            return {n: p for n, p in self._plugins.items() if self._plugin_backend.get(n) in (None, backend)}
+
+    def backend(self, name: str) -> Backend:
+        """The backend ``name`` (``pools/_backends.py``), its own lifecycle plugins registered for its
+        pools the first time (``lifecycle_plugins()``, e.g. Slurm's job watcher)."""
+        backend = backend_for(name)
+        with self._lock:
+            first = name not in self._backends_with_plugins
+            self._backends_with_plugins.add(name)
+        if first:
+            for plugin in getattr(backend, "lifecycle_plugins", list)():
+                self.register_plugin(plugin, backend=name)
+        return backend
+
+    def _dispatch(self, hook: str, pool: Pool, *args: Any) -> None:
+        """Call ``hook`` of ``pool`` on every plugin that has it and serves the pool's backend; a
+        failing one is logged with its name."""
+        for name, plugin in self.plugins_for(pool.spec.backend).items():
+            self._call_hook(name, plugin, hook, *args, pool_name=pool.name)
 
     def _call_hook(self, name: str, plugin: PoolLifecyclePlugin, hook: str, *args: Any, pool_name: str = "") -> None:
         method = getattr(plugin, hook, None)
@@ -200,7 +205,7 @@ class PoolManager:
     def post_notice(self, pool: Pool, kind: str, message: str) -> None:
         """Hand ``message`` to every plugin's ``notice`` hook; a failing one is logged."""
         log.info("pool %s: %s", pool.name, message)
-        self._dispatch("notice", pool, kind, message, pool_name=pool.name)
+        self._dispatch("notice", pool, pool, kind, message)
 
     # -- queries ---------------------------------------------------------------------------------
     @property
@@ -231,7 +236,7 @@ class PoolManager:
         ``reconnect``: the pool's cluster still runs (a Kubernetes DaskCluster whose owner died):
         connect to it again under a new record, with its own credentials, instead of creating it."""
         _refuse_inside_a_reimported_main()
-        backend = backend_for(spec.backend)
+        backend = self.backend(spec.backend)
         backend.preflight(spec)
         for admit in list(self.admission_checks):
             admit(spec)
@@ -259,7 +264,7 @@ class PoolManager:
             with self._lock:
                 self._trackers[spec.name] = tracker
             self._sync_workers(spec.name, timeout=self.housekeeping_timeout)
-            self._dispatch("ready", pool, pool_name=pool.name)  # e.g. telemetry's samplers on every worker
+            self._dispatch("ready", pool, pool)  # e.g. telemetry's samplers on every worker
             self.registry.set_pool_status(
                 record.id,
                 PoolStatus.READY,
@@ -341,13 +346,14 @@ class PoolManager:
         """Take back live pool ``record`` that outlived its owner (a kept Slurm pool whose agent
         died: ``running`` reaches its scheduler and stops it), as if this process had launched it."""
         self.registry.set_pool_owner(record.id, self.owner)
+        self.backend(record.backend)  # its own plugins (Slurm's job watcher) follow the pool too
         pool = Pool(self.registry.pool_by_id(record.id), running, self, owned=True)
         with self._lock:
             self._kept_alive.add(record.id)
             self._trackers[pool.name] = _WorkerTracker(self.registry, pool)
             self._pools[pool.name] = pool
         self._ensure_threads()
-        self._dispatch("ready", pool, pool_name=pool.name)
+        self._dispatch("ready", pool, pool)
         log.info("pool %s taken back from a previous owner", pool.name)
         return pool
 
@@ -463,14 +469,14 @@ class PoolManager:
                 self._kept_alive.discard(pool.id)  # final now (or past saving): the beat lets it go
                 del self._stopping[pool.id]
             finished.set()
-        self._dispatch("stopped", self.registry.pool_by_id(pool.id), pool_name=pool.name)
+        self._dispatch("stopped", pool, self.registry.pool_by_id(pool.id))
 
     def _stop_workers(self, pool: Pool, reason: str) -> None:
         # the liveness beat keeps renewing the pool meanwhile: a stop that checkpoints a job for a
         # minute must not see its pool marked lost
         if self.registry.pool_by_id(pool.id).status.is_live:
             self.registry.set_pool_status(pool.id, PoolStatus.STOPPING)
-        self._dispatch("before_stop", pool, reason, pool_name=pool.name)  # e.g. end the running job first
+        self._dispatch("before_stop", pool, pool, reason)  # e.g. end the running job first
         try:
             pool.running.close()
             why = reason
@@ -626,7 +632,7 @@ class PoolManager:
         started = time.monotonic()
         try:
             self._sync_workers(pool.name, timeout=self.housekeeping_time_left())
-            for name, plugin in self.plugins.items():
+            for name, plugin in self.plugins_for(pool.spec.backend).items():
                 if not self._still_housekept(pool):
                     return  # stopped meanwhile (e.g. by the budget guard of an earlier plugin)
                 if self.housekeeping_time_left() <= 0:

@@ -584,10 +584,8 @@ def autoscale(pool: Pool, policy: AutoscalePolicy | GroupPolicies | None = None)
     if previous is not None:
         previous.stop(reason="replaced by a new policy")
     pool._manager.register_plugin(_StopWithThePool())  # idempotent: one per manager, by name
-    if backend == "kubernetes":
-        from .kubernetes import autoscale_pool
-
-        adaptives = autoscale_pool(pool, policy)
+    if backend == "kubernetes":  # its worker groups scale by the backend's own rule (KubernetesBackend.autoscale)
+        adaptives = pool._manager.backend(backend).autoscale(pool, policy)  # type: ignore[attr-defined]
     else:
         adaptives = adapt_groups(pool.cluster, groups, policy, queue=pool_queue_reader(pool, needed=needed))
     scaling = Autoscaling(pool.name, key, adaptives)

@@ -252,6 +252,14 @@ class KubernetesBackend:
     serves_private_dashboard = False  # the scheduler is a pod: its dashboard is the Service's http-dashboard port
     can_reconnect = True  # reconnect(): its DaskCluster outlives the process that launched it
 
+    def lifecycle_plugins(self) -> list[PoolLifecyclePlugin]:
+        """The plugins of this backend's pools, registered for them only (:meth:`PoolManager.backend`)."""
+        return [DisruptionRecorder()]
+
+    def autoscale(self, pool: Pool, policy: AutoscalePolicy | GroupPolicies | None) -> list[GroupAdaptive]:
+        """Autoscale each worker group of ``pool`` (:func:`autoscale_pool`), for ``pools.autoscale``."""
+        return autoscale_pool(pool, policy)
+
     def preflight(self, spec: PoolSpec) -> None:
         """Fail before anything is registered: the manifests must build and the API must answer."""
         manifests_for(spec)
@@ -459,7 +467,8 @@ _disruption_state: dict[int, tuple[float, set[str]]] = {}  # pool id -> (last ch
 
 
 class DisruptionRecorder(PoolLifecyclePlugin):
-    """Pool plugin: records preempted pods of kubernetes pools as pool events (no-op for others)."""
+    """The plugin of kubernetes pools (``KubernetesBackend.lifecycle_plugins``, registered for them
+    only): records their preempted pods as pool events."""
 
     name = "gpugeek-kubernetes-disruptions"
 
@@ -471,7 +480,7 @@ class DisruptionRecorder(PoolLifecyclePlugin):
 def record_disruptions(manager: PoolManager, pool: Pool) -> None:
     """Note each preempted (disrupted) pod of a kubernetes pool as a pool event (the Kubernetes API
     calls are bounded by kr8s's own request timeout)."""
-    if pool.spec.backend != "kubernetes" or not pool.spec.namespace:
+    if not pool.spec.namespace:
         return
     last, seen = _disruption_state.get(pool.id, (0.0, set()))
     if time.monotonic() - last < _DISRUPTION_PERIOD:

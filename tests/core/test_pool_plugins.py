@@ -69,6 +69,28 @@ def test_registering_a_name_again_replaces_the_plugin_and_unregistering_removes_
     assert manager.plugins == {}
 
 
+def test_a_backends_own_plugins_run_for_its_pools_only(manager: PoolManager) -> None:
+    """A plugin registered for a backend sees none of another backend's pools; the Slurm and
+    Kubernetes backends' own plugins are registered that way, once, when the manager first uses them."""
+    everyone, slurm_only = Notices(), Notices()
+    manager.register_plugin(everyone, name="everyone")
+    manager.register_plugin(slurm_only, name="slurm-only", backend="slurm")
+    local_pool = adopt(manager, "local-pool")
+    manager.post_notice(local_pool, "idle-stop", "stopping")
+    assert (everyone.seen, slurm_only.seen) == ([("idle-stop", "stopping")], [])
+    assert set(manager.plugins_for("local")) == {"everyone"}
+    assert set(manager.plugins_for("slurm")) == {"everyone", "slurm-only"}
+
+    manager.backend("local")
+    assert set(manager.plugins) == {"everyone", "slurm-only"}  # the local backend has no plugins of its own
+    manager.backend("slurm")
+    manager.backend("slurm")
+    manager.backend("kubernetes")
+    assert set(manager.plugins_for("slurm")) == {"everyone", "slurm-only", "gpugeek-slurm-jobs"}
+    assert set(manager.plugins_for("kubernetes")) == {"everyone", "gpugeek-kubernetes-disruptions"}
+    assert set(manager.plugins_for("local")) == {"everyone"}
+
+
 def test_a_plugin_without_a_name_is_registered_under_its_name_attribute_or_class(manager: PoolManager) -> None:
     class Named(PoolLifecyclePlugin):
         name = "named"

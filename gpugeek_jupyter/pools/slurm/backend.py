@@ -21,9 +21,11 @@ from .jobqueue import require_jobqueue, submit_jobs
 from .ports import free_port_in, port_range
 from .script import SCRIPT_SCHEDULER, job_script, job_script_options
 from .squeue import HOPELESS_REASONS, JobState, job_states, pending_summary
+from .watcher import SlurmJobWatcher
 
 if TYPE_CHECKING:
     from ...spec import PoolSpec
+    from .._plugin import PoolLifecyclePlugin
     from ..credentials import PoolCredentials
 
 POLL_SECONDS = 2.0  # squeue while a pool starts
@@ -36,6 +38,10 @@ class SlurmBackend:
     uses_pool_credentials = True
     serves_private_dashboard = True  # the scheduler runs in the launching process (or its keeper)
     can_outlive_owner = True  # with ``outliving``, the scheduler runs in a keeper process (kept pools)
+
+    def lifecycle_plugins(self) -> list[PoolLifecyclePlugin]:
+        """The plugins of this backend's pools, registered for them only (:meth:`PoolManager.backend`)."""
+        return [SlurmJobWatcher()]
 
     def preflight(self, spec: PoolSpec) -> None:
         """Fail before anything is registered: dask-jobqueue and Slurm's commands must be here, and

@@ -35,8 +35,9 @@ class _Watched:
 
 
 class SlurmJobWatcher(PoolLifecyclePlugin):
-    """Pool plugin for slurm pools (no-op for others): records each Slurm job id as an event, and
-    when a job ends while the pool lives, records why and submits a replacement."""
+    """The plugin of slurm pools (``SlurmBackend.lifecycle_plugins``, registered for them only):
+    records each Slurm job id as an event, and when a job ends while the pool lives, records why and
+    submits a replacement."""
 
     name = "gpugeek-slurm-jobs"
 
@@ -49,12 +50,12 @@ class SlurmJobWatcher(PoolLifecyclePlugin):
             return self._watched.setdefault(pool.id, _Watched())
 
     def ready(self, manager: PoolManager, pool: Pool) -> None:
-        if pool.spec.backend == "slurm" and pool.cluster is not None:
+        if pool.cluster is not None:
             self._record_jobs(manager, pool, self._state(pool))
 
     def heartbeat(self, manager: PoolManager, pool: Pool) -> None:
         """Housekeeping, at most every :data:`WATCH_PERIOD_S` s a pool (squeue bounded by the deadline)."""
-        if pool.spec.backend != "slurm" or pool.cluster is None:
+        if pool.cluster is None:
             return
         watched = self._state(pool)
         if time.monotonic() - watched.checked_at < WATCH_PERIOD_S:
