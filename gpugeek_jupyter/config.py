@@ -164,6 +164,12 @@ class GpugeekConfig(Configurable):
         help="USD the whole team may spend per calendar month (UTC), from the team ledger: past it no pool "
         "starts and running pools are stopped (0: no budget; needs team_ledger_url).",
     ).tag(config=True)
+    group_quotas = Dict(
+        help="Quotas per JupyterHub group, applying to its members, e.g. {'students': {'max_gpus': 1, "
+        "'gpu_types': ['cpu', 'A10G']}} (keys as user_quotas; a member of several groups gets each limit's "
+        "most generous value; user_quotas go over them). The groups are the hub's, asked with the server's "
+        "token, which needs read:users:groups."
+    ).tag(config=True)
     user_quotas = Dict(
         help="Per-user quota overrides, e.g. {'ada': {'max_gpus': 16, 'usd_per_day': 200}} (keys: max_gpus, "
         "max_workers, backends, gpu_types, usd_per_day)."

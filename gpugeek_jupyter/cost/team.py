@@ -18,7 +18,9 @@ checks every launch):
 - ``quota_usd_per_day``: a user's spend since midnight UTC;
 - ``team_budget_usd_per_month``: the whole team's spend this calendar month (UTC), which also
   stops running pools once reached, as a pool's own ``--budget`` does;
-- ``user_quotas``: per-user overrides, e.g. ``{"ada": {"max_gpus": 16}}``.
+- ``group_quotas``: per hub group, e.g. ``{"students": {"max_gpus": 1}}``: a group's limits apply
+  to its members (the most generous of their groups');
+- ``user_quotas``: per-user overrides, e.g. ``{"ada": {"max_gpus": 16}}``, over everything.
 
 On JupyterHub the team's ledger service (:mod:`gpugeek_jupyter.hub.ledger_service`,
 ``team_service_url``) owns the database instead, and users' processes report to it with their hub
@@ -88,6 +90,12 @@ class Quota:
     backends: tuple[str, ...] = ()
     gpu_types: tuple[str, ...] = ()
     usd_per_day: float = 0.0
+    # where a limit was set, when not by its quota_* setting: (limit, "user_quotas['ada']['max_gpus']")
+    sources: tuple[tuple[str, str], ...] = ()
+
+    def setting(self, limit: str) -> str:
+        """The setting that gave ``limit`` its value, for the refusal line."""
+        return dict(self.sources).get(limit, f"quota_{limit}")
 
     @property
     def limits_anything(self) -> bool:
@@ -97,8 +105,37 @@ class Quota:
 _QUOTA_FIELDS = {"max_gpus": int, "max_workers": int, "backends": tuple, "gpu_types": tuple, "usd_per_day": float}
 
 
-def quota_for(user: str, config: GpugeekConfig | None = None) -> Quota:
-    """``user``'s quota: the ``quota_*`` settings with ``user_quotas[user]`` over them."""
+def _checked(table: str, name: str, override: Any) -> dict[str, Any]:
+    values = {}
+    for key, value in dict(override or {}).items():
+        if key not in _QUOTA_FIELDS:
+            raise GpugeekError(
+                Phrase(
+                    "GpugeekConfig.{table}[{name}] has an unknown limit {key}; use one of {known} "
+                    "(e.g. {{'ada': {{'max_gpus': 8}}}})",
+                    table=table,
+                    name=Value(name),
+                    key=Value(key),
+                    known=", ".join(_QUOTA_FIELDS),
+                )
+            )
+        values[key] = _QUOTA_FIELDS[key](value)
+    return values
+
+
+def _most_generous(a: Any, b: Any) -> Any:
+    """The limit that allows more: 0 or empty is no limit; lists join (either group's types)."""
+    if not a or not b:
+        return type(a)()
+    if isinstance(a, tuple):
+        return tuple(dict.fromkeys((*b, *a)))
+    return max(a, b)
+
+
+def quota_for(user: str, config: GpugeekConfig | None = None, groups: tuple[str, ...] | list[str] = ()) -> Quota:
+    """``user``'s quota: the ``quota_*`` settings, then the hub groups' ``group_quotas`` over them (a
+    user in several groups gets each limit's most generous value among them), then
+    ``user_quotas[user]`` over those."""
     config = config or get_config()
     values: dict[str, Any] = {
         "max_gpus": int(config.quota_max_gpus),
@@ -107,20 +144,45 @@ def quota_for(user: str, config: GpugeekConfig | None = None) -> Quota:
         "gpu_types": tuple(config.quota_gpu_types),
         "usd_per_day": float(config.quota_usd_per_day),
     }
-    override = dict(config.user_quotas).get(user) or {}
-    for key, value in dict(override).items():
-        if key not in _QUOTA_FIELDS:
-            raise GpugeekError(
-                Phrase(
-                    "GpugeekConfig.user_quotas[{user}] has an unknown limit {key}; use one of {known} "
-                    "(e.g. {{'ada': {{'max_gpus': 8}}}})",
-                    user=Value(user),
-                    key=Value(key),
-                    known=", ".join(_QUOTA_FIELDS),
-                )
-            )
-        values[key] = _QUOTA_FIELDS[key](value)
-    return Quota(**values)
+    sources: dict[str, str] = {}
+    table = dict(config.group_quotas)
+    for group in sorted(set(groups) & set(table)):
+        for key, value in _checked("group_quotas", group, table[group]).items():
+            source = f"group_quotas[{group!r}][{key!r}]"
+            if key in sources:  # set by an earlier group of this user: the most generous of the two
+                value, source = _most_generous(value, values[key]), f"{sources[key]} / {source}"
+            values[key], sources[key] = value, source
+    for key, value in _checked("user_quotas", user, dict(config.user_quotas).get(user)).items():
+        values[key], sources[key] = value, f"user_quotas[{user!r}][{key!r}]"
+    return Quota(**values, sources=tuple(sorted(sources.items())))
+
+
+def hub_groups(user: str) -> tuple[str, ...]:
+    """``user``'s JupyterHub groups, asked of the hub (``GET $JUPYTERHUB_API_URL/users/<user>`` with
+    ``JUPYTERHUB_API_TOKEN``; the token needs ``read:users:groups``, which the hub's ``server`` role
+    can be given); () outside a hub, or when the hub does not say."""
+    api, token = os.environ.get("JUPYTERHUB_API_URL"), os.environ.get("JUPYTERHUB_API_TOKEN")
+    if not api or not token or not os.environ.get("JUPYTERHUB_USER"):
+        return ()
+    import json
+    import urllib.parse
+    import urllib.request
+
+    url = f"{api.rstrip('/')}/users/{urllib.parse.quote(user)}"
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            model = json.loads(response.read())
+    except (OSError, ValueError) as e:
+        log.warning("the hub did not say %s's groups (%s): group_quotas do not apply", user, e)
+        return ()
+    if "groups" not in model:
+        log.warning(
+            "the hub does not show %s's groups to this server's token (give the hub's server role "
+            "read:users:groups!user): group_quotas do not apply",
+            user,
+        )
+    return tuple(str(g) for g in model.get("groups") or ())
 
 
 @dataclass(frozen=True)
@@ -144,7 +206,8 @@ def check_quota(spec: PoolSpec, user: str, quota: Quota, usage: Usage, team_budg
     if quota.backends and spec.backend not in quota.backends:
         raise QuotaExceededError(
             Phrase(
-                "{user} may launch on {allowed} only, not {asked} (GpugeekConfig.quota_backends); ask your admin",
+                "{user} may launch on {allowed} only, not {asked} (GpugeekConfig.{setting}); ask your admin",
+                setting=quota.setting("backends"),
                 user=Value(user),
                 allowed=", ".join(quota.backends),
                 asked=Setting(backend=spec.backend),
@@ -154,7 +217,8 @@ def check_quota(spec: PoolSpec, user: str, quota: Quota, usage: Usage, team_budg
     if quota.gpu_types and spec.gpu_type.lower() not in {t.lower() for t in quota.gpu_types}:
         raise QuotaExceededError(
             Phrase(
-                "{user} may launch {allowed} only, not {asked} (GpugeekConfig.quota_gpu_types); ask your admin",
+                "{user} may launch {allowed} only, not {asked} (GpugeekConfig.{setting}); ask your admin",
+                setting=quota.setting("gpu_types"),
                 user=Value(user),
                 allowed=", ".join(quota.gpu_types),
                 asked=Setting(gpu_type=spec.gpu_type),
@@ -166,7 +230,8 @@ def check_quota(spec: PoolSpec, user: str, quota: Quota, usage: Usage, team_budg
         raise QuotaExceededError(
             Phrase(
                 "{asked} would give {user} {total} GPUs at once, past the quota of {limit} "
-                "(GpugeekConfig.quota_max_gpus; {held} held now); {ask}",
+                "(GpugeekConfig.{setting}; {held} held now); {ask}",
+                setting=quota.setting("max_gpus"),
                 asked=Setting(count=spec.count),
                 user=Value(user),
                 total=str(usage.gpus + gpus),
@@ -180,7 +245,8 @@ def check_quota(spec: PoolSpec, user: str, quota: Quota, usage: Usage, team_budg
         raise QuotaExceededError(
             Phrase(
                 "{asked} would give {user} {total} workers at once, past the quota of {limit} "
-                "(GpugeekConfig.quota_max_workers; {held} held now); {ask}",
+                "(GpugeekConfig.{setting}; {held} held now); {ask}",
+                setting=quota.setting("max_workers"),
                 asked=Setting(count=spec.count),
                 user=Value(user),
                 total=str(usage.workers + spec.count),
@@ -194,7 +260,8 @@ def check_quota(spec: PoolSpec, user: str, quota: Quota, usage: Usage, team_budg
         raise QuotaExceededError(
             Phrase(
                 "{user} has spent {spent} today (UTC), the daily quota of {limit} "
-                "(GpugeekConfig.quota_usd_per_day); no pool starts before midnight UTC unless your admin raises it",
+                "(GpugeekConfig.{setting}); no pool starts before midnight UTC unless your admin raises it",
+                setting=quota.setting("usd_per_day"),
                 user=Value(user),
                 spent=_usd(usage.user_usd_today),
                 limit=_usd(quota.usd_per_day),
@@ -457,7 +524,7 @@ def admit_launch(manager: PoolManager, spec: PoolSpec) -> None:
     """The pool manager's admission check: quotas and the team budget, before anything starts."""
     config = get_config()
     user = current_user()
-    quota = quota_for(user, config)
+    quota = quota_for(user, config, hub_groups(user) if config.group_quotas else ())
     ledger = team_ledger(config, manager.registry)
     budget = float(config.team_budget_usd_per_month)
     if not quota.limits_anything and not (ledger is not None and budget):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -215,3 +216,27 @@ def test_a_pool_still_starting_counts_against_the_quota_before_its_ledger_row_ex
     spec = PoolSpec.create(gpu_type="cpu", count=2, name="starting")
     registry.add_pool("starting", "local", spec.to_dict(), {}, owner="pid 1")
     assert usage_of("ada", registry, ledger).workers == 2  # written to the ledger only once it is ready
+
+
+def test_a_hub_groups_quota_applies_to_its_members_and_the_refusal_names_the_group() -> None:
+    settings = config.GpugeekConfig(
+        quota_max_gpus=8,
+        group_quotas={"students": {"max_gpus": 1, "gpu_types": ["cpu"]}, "lab": {"max_gpus": 4, "gpu_types": ["A10G"]}},
+        user_quotas={"ada": {"max_gpus": 16}},
+    )
+    student = quota_for("bob", settings, groups=["students"])
+    assert (student.max_gpus, student.gpu_types) == (1, ("cpu",))
+    with pytest.raises(QuotaExceededError) as caught:
+        check_quota(PoolSpec.create(gpu_type="cpu", count=1, name="c"), "bob", student, Usage(), team_budget=0)
+        check_quota(A100, "bob", replace(student, gpu_types=()), Usage(), team_budget=0)
+    assert caught.value.phrase(Surface.MAGIC) == (
+        "--count 4 would give 'bob' 4 GPUs at once, past the quota of 1 (GpugeekConfig.group_quotas['students']"
+        "['max_gpus']; 0 held now); stop one of your pools or ask your admin"
+    )
+    both = quota_for("bob", settings, groups=["students", "lab"])  # the most generous of his groups
+    assert (both.max_gpus, set(both.gpu_types)) == (4, {"cpu", "A10G"})
+    assert both.setting("max_gpus") == "group_quotas['lab']['max_gpus'] / group_quotas['students']['max_gpus']"
+    assert quota_for("ada", settings, groups=["students"]).max_gpus == 16  # a user's own quota goes over
+    assert quota_for("carol", settings, groups=["other"]).max_gpus == 8  # no group setting: the default
+    with pytest.raises(Exception, match=r"GpugeekConfig.group_quotas\['x'\] has an unknown limit 'gpus'"):
+        quota_for("bob", config.GpugeekConfig(group_quotas={"x": {"gpus": 1}}), groups=["x"])

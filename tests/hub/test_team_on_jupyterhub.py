@@ -1,11 +1,15 @@
 """A team on a real JupyterHub: two OS users made by this test, the hub's LocalProcessSpawner, the
 single-user servers in an environment built from the system's Python (every user can execute it)
-with this checkout on its path, and the team ledger on a real PostgreSQL.
+with this checkout on its path, and the team's ledger service, managed by the hub, over a real
+PostgreSQL (the users' servers get the service's URL, never the database's).
 
 Each user launches through their own server's REST API, as the side panel does, with a token of the
-hub's: each sees only their own pools; a launch past the worker quota and one past the team budget
-are refused with the limit named; the ledger holds both users' pools under their hub names; stopping
-a user's server stops their pool, closes its ledger row and removes their temporary folders.
+hub's: each sees only their own pools; a launch past the worker quota, past a hub group's quota and
+past the team budget are refused with the limit named; the ledger holds both users' pools under
+their hub names; the team view is every user's for an admin and her own for a user; a user's token
+cannot close another's row at the service; a pool stopped while the service is stopped has its row
+closed once it is back; stopping a user's server stops their pool, closes its ledger row and
+removes their temporary folders.
 """
 
 from __future__ import annotations
@@ -144,15 +148,20 @@ class Hub:
         self.token = token
         self.process: subprocess.Popen[bytes] | None = None
 
-    def ledger_service_pid(self) -> int:
-        """The team's ledger service, a managed service: a child process of the hub."""
+    def ledger_service_pids(self) -> list[int]:
+        """The team's ledger service, a managed service: the hub's child processes that run it."""
         import psutil
 
         assert self.process is not None
+        pids = []
         for child in psutil.Process(self.process.pid).children(recursive=True):
-            if "gpugeek_jupyter.hub.ledger_service" in " ".join(child.cmdline()):
-                return int(child.pid)
-        raise AssertionError("the hub runs no gpugeek-ledger service")
+            try:
+                if "gpugeek_jupyter.hub.ledger_service" in " ".join(child.cmdline()):
+                    pids.append(int(child.pid))
+            except psutil.Error:
+                continue  # a process that ended meanwhile
+        assert pids, "the hub runs no gpugeek-ledger service"
+        return pids
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else (b"" if method in ("POST", "PUT") else None)
@@ -206,7 +215,15 @@ def hub(environment: Path, users: dict[str, int], ledger_url: str) -> Iterator[H
     settings = work / "settings"
     settings.mkdir(mode=0o755)
     (settings / "jupyter_gpugeek_config.json").write_text(
-        json.dumps({"GpugeekConfig": {"quota_max_workers": 2, "team_budget_usd_per_month": 1000.0}})
+        json.dumps(
+            {
+                "GpugeekConfig": {
+                    "quota_max_workers": 2,
+                    "team_budget_usd_per_month": 1000.0,
+                    "group_quotas": {"small": {"max_workers": 1}},
+                }
+            }
+        )
     )
     (settings / "jupyter_gpugeek_config.json").chmod(0o644)
     token = secrets.token_hex(16)
@@ -227,7 +244,9 @@ c.JupyterHub.services = [
       "environment": {{"GPUGEEK_TEAM_LEDGER": {ledger_url!r}, "PYTHONDONTWRITEBYTECODE": "1"}}}},
 ]
 c.JupyterHub.load_roles = [{{"name": "gpugeek-test", "services": ["gpugeek-test"],
-    "scopes": ["admin:users", "admin:servers", "access:servers", "list:users", "read:users", "tokens"]}}]
+    "scopes": ["admin:users", "admin:servers", "access:servers", "list:users", "read:users", "tokens"]}},
+    {{"name": "server", "scopes": ["users:activity!user", "access:servers!server", "read:users:groups!user"]}}]
+c.JupyterHub.load_groups = {{"small": {{"users": [{USERS[1]!r}]}}}}
 c.Spawner.cmd = [{str(environment / "bin" / "jupyterhub-singleuser")!r}]
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
@@ -315,6 +334,13 @@ def test_two_users_quotas_team_budget_and_ledger_on_a_real_jupyterhub(
     _wait_until_ready(hub, alice, "alice-1")
     _wait_until_ready(hub, bob, "bob-1")
     assert _pools(hub, alice) == ["alice-1"] and _pools(hub, bob) == ["bob-1"]  # each sees their own only
+    # bob is in the hub's group "small", whose quota is one worker; alice, in no group, may hold two
+    status, body = hub.call("POST", f"/user/{bob}/gpugeek/pools", {**launch, "name": "bob-extra"})
+    assert status == 403, (status, body)
+    assert body["message"] == (
+        f'"count": 1 would give "{bob}" 2 workers at once, past the quota of 1 '
+        "(GpugeekConfig.group_quotas['small']['max_workers']; 1 held now); stop one of your pools or ask your admin"
+    )
 
     from gpugeek_jupyter.cost.team import POOLS, TeamLedger
 
@@ -333,7 +359,7 @@ def test_two_users_quotas_team_budget_and_ledger_on_a_real_jupyterhub(
                 gpu_type="H100-80GB", gpus=8, workers=8, usd_per_hour=10_000_000.0, started_at=now - 1, ended_at=now,
             )
         )  # fmt: skip
-    status, body = hub.call("POST", f"/user/{bob}/gpugeek/pools", {**launch, "name": "bob-2"})
+    status, body = hub.call("POST", f"/user/{alice}/gpugeek/pools", {**launch, "name": "alice-3"})  # within her quota
     assert status == 403 and "(GpugeekConfig.team_budget_usd_per_month)" in body["message"], (status, body)
     assert body["message"].startswith("the team has spent $")
 
@@ -363,14 +389,22 @@ def test_two_users_quotas_team_budget_and_ledger_on_a_real_jupyterhub(
     assert status == 403, (status, body)
 
     # the service stopped mid-pool: bob's pool stops meanwhile, and its row closes once it is back
-    service = hub.ledger_service_pid()
-    os.kill(service, signal.SIGSTOP)
+    import psutil
+
+    service = hub.ledger_service_pids()
+    for pid in service:
+        os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5  # a signal takes effect when the process next runs
+    while time.monotonic() < deadline and any(psutil.Process(p).status() != psutil.STATUS_STOPPED for p in service):
+        time.sleep(0.05)
+    assert all(psutil.Process(pid).status() == psutil.STATUS_STOPPED for pid in service), service
     try:
         status, body = hub.call("DELETE", f"/user/{bob}/gpugeek/pools/bob-1")
         assert status == 200, (status, body)
         assert [r.pool_name for r in ledger.open_pools(bob)] == ["bob-1"]  # not written: it waits in his registry
     finally:
-        os.kill(service, signal.SIGCONT)
+        for pid in service:
+            os.kill(pid, signal.SIGCONT)
     deadline = time.monotonic() + 40  # the server sends its outbox every 10 s
     while time.monotonic() < deadline and ledger.open_pools(bob):
         time.sleep(0.5)
