@@ -35,6 +35,7 @@ import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
+from pathlib import Path
 from typing import Any, Protocol, Self
 
 MAX_VALUE_CHARS = 80  # a value longer than this is cut ("..."), so a message stays readable
@@ -345,6 +346,24 @@ class NotAllowedError(GpugeekError, PermissionError):
     """The caller may not see or change this (another user's team spend, for one)."""
 
     http_status = 403
+
+
+class RegistryFolderOpenError(GpugeekError, PermissionError):
+    """The registry's own folder is this user's and open to other users: refused, not changed, so
+    that nobody's folder is chmod-ed behind their back; the message gives the ``chmod`` that fixes it.
+
+    >>> print(RegistryFolderOpenError.of(Path("/srv/state"), 0o755))
+    the registry's folder /srv/state is mode 0o755, open to other users: run `chmod 700 /srv/state`, or set GPUGEEK_REGISTRY to a file in a private folder
+    """
+
+    http_status = 503
+
+    @classmethod
+    def of(cls, folder: Path, mode: int) -> RegistryFolderOpenError:
+        return cls(
+            f"the registry's folder {folder} is mode {oct(mode)}, open to other users: run "
+            f"`chmod 700 {shlex.quote(str(folder))}`, or set GPUGEEK_REGISTRY to a file in a private folder"
+        )
 
 
 class ConflictError(GpugeekError):

@@ -32,11 +32,12 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 
 from ..config import GpugeekConfig, set_config
+from ..errors import RegistryFolderOpenError, Surface
 from ..runtime import create_pool_manager
 from ..store import get_registry
 from .handlers import route_table
 from .service import SERVER_OWNER, GpugeekService
-from .settings import SERVICE_SETTING, WRITES_EXECUTOR_SETTING
+from .settings import SERVICE_SETTING, UNAVAILABLE_SETTING, WRITES_EXECUTOR_SETTING
 
 __all__ = ["GpugeekServerExtension", "GpugeekService"]
 
@@ -61,7 +62,13 @@ class GpugeekServerExtension(ExtensionApp):
 
         config = GpugeekConfig(parent=self)  # the server's config and the extension's files
         set_config(config)  # PoolSpec.create and the pool manager read this process's settings
-        manager = create_pool_manager(registry=get_registry(config.registry_path), owner=SERVER_OWNER)
+        try:
+            registry = get_registry(config.registry_path)
+        except RegistryFolderOpenError as e:  # one line in the log, and every route answers it (503)
+            self.log.error("gpugeek_jupyter: %s", e.phrase(Surface.SERVER))
+            self.settings[UNAVAILABLE_SETTING] = e
+            return
+        manager = create_pool_manager(registry=registry, owner=SERVER_OWNER)
         self.service = GpugeekService(manager, config)
         self.writes = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="gpugeek-write")
         self.settings[SERVICE_SETTING] = self.service

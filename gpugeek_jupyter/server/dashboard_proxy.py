@@ -27,7 +27,7 @@ from tornado import web
 from ..errors import GpugeekError, Surface
 from ..pools.dashboard_socket import owned_dashboard_socket
 from ..store import Registry
-from .settings import AUTH_RESOURCE, SERVICE_SETTING
+from .settings import AUTH_RESOURCE, service_of
 
 LOCALHOST = "localhost"  # what jupyter-server-proxy requires of a Unix socket's host; the port is unused
 
@@ -48,8 +48,8 @@ class DashboardProxyHandler(ProxyHandler):
         if not self.authorizer.is_authorized(self, self.current_user, "read", AUTH_RESOURCE):
             raise web.HTTPError(403, "not authorized to read the pools' dashboards")
         name = self.path_kwargs["name"]
-        registry = self.settings[SERVICE_SETTING].registry
         try:
+            registry = service_of(self.settings).registry
             self.unix_socket = await asyncio.get_running_loop().run_in_executor(
                 None, dashboard_socket_of, registry, name
             )

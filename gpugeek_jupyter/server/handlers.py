@@ -22,7 +22,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from ..errors import ConflictError, GpugeekError, Phrase, Surface, Value
+from ..errors import ConflictError, GpugeekError, Phrase, RegistryFolderOpenError, Surface, Value
 from ..store import JobStatus, Registry
 from . import schedule_request
 from .job_request import parse_job_body
@@ -35,7 +35,7 @@ from .queries import (
     parse_team_query,
 )
 from .service import GpugeekService
-from .settings import AUTH_RESOURCE, SERVICE_SETTING, WRITES_EXECUTOR_SETTING
+from .settings import AUTH_RESOURCE, WRITES_EXECUTOR_SETTING, service_of
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class GpugeekHandler(APIHandler):
 
     @property
     def service(self) -> GpugeekService:
-        return self.settings[SERVICE_SETTING]  # type: ignore[no-any-return]
+        return service_of(self.settings)
 
     async def answer(
         self, call: Callable[..., dict[str, Any]], *args: Any, status: int = 200, slow: bool = False
@@ -89,7 +89,7 @@ class GpugeekHandler(APIHandler):
         self.finish(json.dumps(reply))
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
-        if isinstance(value, GpugeekError) and value.http_status < 500:
+        if isinstance(value, GpugeekError) and (value.http_status < 500 or isinstance(value, RegistryFolderOpenError)):
             log.info("%s %s -> %s: %s", self.request.method, self.request.path, value.http_status, value)
             return
         super().log_exception(typ, value, tb)

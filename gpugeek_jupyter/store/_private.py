@@ -4,7 +4,9 @@ The registry lists every pool's scheduler address, and its directory holds each 
 credentials and every job's logs, so on a shared host (JupyterHub, a login node, a Slurm node)
 nothing of it may be readable by another user. Files are created ``0600`` (SQLite gives its
 ``-wal`` and ``-shm`` files the database file's mode), directories ``0700``; both are checked
-on open and repaired when they are this user's, with one warning per path and process.
+on open and repaired when they are this user's, with one warning per path and process; only the
+registry's own folder, chosen by the user, is refused instead when it is this user's and open to
+others (:class:`~gpugeek_jupyter.errors.RegistryFolderOpenError`, naming the ``chmod`` that fixes it).
 
 A directory that is shared by design (sticky, like ``/tmp``), the home directory or another
 user's is never changed: its files stay ``0600`` and the warning says to move the registry.
@@ -17,6 +19,8 @@ import os
 import stat
 import threading
 from pathlib import Path
+
+from ..errors import RegistryFolderOpenError
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +125,27 @@ def write_private_file(path: Path, data: bytes) -> None:
 SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
 
 
+def refuse_open_registry_directory(folder: Path) -> None:
+    """Raise :class:`RegistryFolderOpenError` if ``folder``, the registry's own, exists, is this
+    user's and open to others: the user chose it, so it is never narrowed behind their back. A
+    shared, home or foreign folder keeps its warning (:func:`check_private_directory`); a missing
+    one is created ``0700``."""
+    try:
+        info = folder.stat()
+    except FileNotFoundError:
+        return
+    if not _is_open_to_others(info.st_mode) or info.st_mode & stat.S_ISVTX or info.st_uid != os.geteuid():
+        return
+    if _is_home(folder):
+        return
+    raise RegistryFolderOpenError.of(folder, stat.S_IMODE(info.st_mode))
+
+
 def secure_registry_files(path: Path) -> None:
-    """The registry's directory ``0700``, the database file created ``0600`` before SQLite opens it
-    (so that SQLite gives its ``-wal`` and ``-shm`` files that mode too), existing files narrowed."""
+    """The registry's directory ``0700`` (an existing one of this user's open to others is refused),
+    the database file created ``0600`` before SQLite opens it (so that SQLite gives its ``-wal`` and
+    ``-shm`` files that mode too), existing files narrowed."""
+    refuse_open_registry_directory(path.parent)
     make_private_directory(path.parent)
     make_private_file(path)
     for suffix in SQLITE_COMPANIONS:

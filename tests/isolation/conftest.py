@@ -107,13 +107,13 @@ def open_directory() -> Iterator[Path]:
 
 @pytest.fixture
 def registry_in_the_open(open_directory: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """This test's registry in a directory every user may enter, as the issue found the runtime
-    directory: only the permissions gpugeek sets keep ``nobody`` out."""
+    """This test's registry in a directory every user may enter (sticky, like ``/tmp``; one of this
+    user's that is open is refused): only the permissions gpugeek sets keep ``nobody`` out."""
     from gpugeek_jupyter import config, runtime
 
     path = open_directory / "runtime" / "gpugeek.sqlite"
     path.parent.mkdir()
-    path.parent.chmod(0o755)
+    path.parent.chmod(0o1777)  # open like /tmp, shared by design: the one open registry folder accepted
     monkeypatch.setenv("GPUGEEK_REGISTRY", str(path))
     monkeypatch.setenv("GPUGEEK_PRELOAD_TORCH", "0")
     config.set_config(None)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import stat
 from pathlib import Path
 
 import pytest
 
+from gpugeek_jupyter.errors import RegistryFolderOpenError
 from gpugeek_jupyter.store import Registry, _private
 from support.other_user import OtherUser
 
@@ -39,19 +39,20 @@ def _warnings_are_fresh() -> None:
 
 def test_another_user_cannot_read_the_registry_its_wal_or_its_shm(other_user: OtherUser, open_directory: Path) -> None:
     state = open_directory / "runtime"
-    state.mkdir(mode=0o755)
-    state.chmod(0o755)  # what the issue found: the registry 0644 in a 0755 runtime directory
+    state.mkdir(mode=0o700)
     path = state / "gpugeek.sqlite"
     path.write_bytes(b"")
-    path.chmod(0o644)
+    path.chmod(0o644)  # what the issue found: the registry 0644
+    state.chmod(0o755)
     assert _can_read(other_user, path) == "read 0 bytes"  # the check sees a readable file as readable
+    state.chmod(0o700)  # what the refusal of an open folder says to do
 
     registry = Registry(path)
     registry.add_pool("private", "local", {"name": "private"}, {}, owner="me")  # the -wal and -shm exist now
     files = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
     assert all(f.exists() for f in files)
-    assert _mode(state) == 0o700
     assert {f.name: _mode(f) for f in files} == {f.name: 0o600 for f in files}
+    state.chmod(0o755)  # opened again while in use: the files stay the owner's alone
     for f in files:
         assert _can_read(other_user, f) == "PermissionError", f
     registry.close()
@@ -72,21 +73,23 @@ def test_even_in_a_directory_anyone_may_enter_the_files_stay_unreadable(
     registry.close()
 
 
-def test_a_wider_directory_is_narrowed_with_one_warning(open_directory: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_registry_folder_open_to_others_is_refused_not_changed(open_directory: Path) -> None:
     state = open_directory / "runtime"
     state.mkdir()
     state.chmod(0o755)
-    with caplog.at_level(logging.WARNING, logger="gpugeek_jupyter.store"):
-        Registry(state / "gpugeek.sqlite").close()
-        state.chmod(0o750)  # widened again by hand: repaired again, without a second warning
-        Registry(state / "gpugeek.sqlite").close()
-    assert _mode(state) == 0o700
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [f"{state} was mode 0o755, open to other users; made it 0700"]
+    with pytest.raises(RegistryFolderOpenError) as refused:
+        Registry(state / "gpugeek.sqlite")
+    assert str(refused.value) == (
+        f"the registry's folder {state} is mode 0o755, open to other users: run `chmod 700 {state}`, "
+        "or set GPUGEEK_REGISTRY to a file in a private folder"
+    )
+    assert _mode(state) == 0o755 and list(state.iterdir()) == []
+    state.chmod(0o700)
+    Registry(state / "gpugeek.sqlite").close()
 
 
 def test_a_registry_file_made_readable_is_made_private_again(open_directory: Path) -> None:
-    path = open_directory / "gpugeek.sqlite"
+    path = open_directory / "state" / "gpugeek.sqlite"
     Registry(path).close()
     path.chmod(0o644)
     Registry(path).close()

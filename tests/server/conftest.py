@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpugeek_jupyter.server.handlers import SERVICE_SETTING, WRITES_EXECUTOR_SETTING
+from gpugeek_jupyter.server.settings import SERVICE_SETTING, WRITES_EXECUTOR_SETTING
 
 
 @pytest.fixture(autouse=True)
@@ -29,8 +29,10 @@ def jp_server_config() -> dict[str, Any]:
 def jp_serverapp(jp_serverapp: Any) -> Iterator[Any]:
     """The server, and afterwards the pools it launched stopped (Jupyter gives module extensions no stop hook)."""
     yield jp_serverapp
-    jp_serverapp.web_app.settings[SERVICE_SETTING].shutdown(timeout=60)
-    jp_serverapp.web_app.settings[WRITES_EXECUTOR_SETTING].shutdown(wait=True)
+    settings = jp_serverapp.web_app.settings
+    if SERVICE_SETTING in settings:  # absent when the server refused its registry
+        settings[SERVICE_SETTING].shutdown(timeout=60)
+        settings[WRITES_EXECUTOR_SETTING].shutdown(wait=True)
 
 
 Fetch = Callable[..., Awaitable[tuple[int, dict[str, Any]]]]
