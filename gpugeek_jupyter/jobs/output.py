@@ -34,19 +34,52 @@ _BREAKS = re.compile(r"(\r\n|\r|\n)")
 
 
 class LabelledWriter:
-    """Callable ``(rank, stream, text)`` that writes to ``stdout``/``stderr`` with rank labels."""
+    """Callable ``(rank, stream, text)`` that writes to ``stdout``/``stderr`` with rank labels.
+
+    A rank's text never continues another rank's unfinished line: when one rank left a line without
+    its end and another writes, that line is ended first, and the first rank's rest comes labelled
+    on a line of its own.
+
+    >>> import io
+    >>> out = io.StringIO()
+    >>> writer = LabelledWriter(stdout=out, stderr=out)
+    >>> writer(0, "stdout", "no newline 0")
+    >>> writer(1, "stdout", "no newline 1")
+    >>> print(out.getvalue())
+    [rank 0] no newline 0
+    [rank 1] no newline 1
+    """
 
     def __init__(self, stdout: TextIO | None = None, stderr: TextIO | None = None) -> None:
         self._stdout = stdout
         self._stderr = stderr
         self._at_line_start: dict[tuple[int, str], bool] = {}
+        # per target (stdout and stderr may be one): who wrote last, and whether its line is open
+        self._last_writer: dict[int, tuple[int, str]] = {}
+        self._line_open: dict[int, bool] = {}
 
     def __call__(self, rank: int, stream: str, text: str) -> None:
         if stream == DISPLAY_STREAM:  # a rank's display(...): its text, in a terminal
             stream, text = "stdout", plain_text(text)
         target = self._target(stream)
-        target.write(self.label(rank, stream, text))
+        written = self._end_others_line(id(target), (rank, stream), text) + self.label(rank, stream, text)
+        if written:
+            target.write(written)
+            self._line_open[id(target)] = written[-1] not in "\r\n"
         target.flush()
+
+    def _end_others_line(self, target: int, key: tuple[int, str], text: str) -> str:
+        """A line end when another writer's line is open on ``target`` and ``text`` would continue
+        it (a redraw, ``\r``, replaces that line as it always did); both are labelled anew after."""
+        last = self._last_writer.get(target)
+        if not text:
+            return ""
+        self._last_writer[target] = key
+        if last is None or last == key:
+            return ""
+        self._at_line_start[last] = True
+        self._at_line_start[key] = True
+        return "\n" if self._line_open.get(target) and not text.startswith(("\r", "\n")) else ""
 
     def label(self, rank: int, stream: str, text: str) -> str:
         key = (rank, stream)

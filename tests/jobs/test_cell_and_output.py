@@ -75,7 +75,8 @@ def test_output_lines_are_labelled_by_rank_and_carriage_returns_keep_bars_in_pla
     writer(1, "stdout", "x\n")
     writer(0, "stdout", "c\n")
     writer(0, "stderr", "\r 10%|#  |\r 20%|## |")
-    assert out.getvalue() == "[rank 0] a\n[rank 0] b[rank 1] x\nc\n"
+    # rank 0's open line is ended before rank 1 writes; its rest is labelled on a line of its own
+    assert out.getvalue() == "[rank 0] a\n[rank 0] b\n[rank 1] x\n[rank 0] c\n"
     assert err.getvalue() == "\r[rank 0]  10%|#  |\r[rank 0]  20%|## |"
 
 

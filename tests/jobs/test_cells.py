@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import signal
 import threading
@@ -157,6 +158,16 @@ def test_output_streams_live_labelled_by_rank(pool: Any, tmp_path: Path) -> None
     assert result.values == [True, True]
     assert (1, "stdout", "waiting 1\n") in seen and (0, "stderr", "err 0\n") in seen
     assert result.output == ["waiting 0\nerr 0\n", "waiting 1\nerr 1\n"]
+
+
+def test_a_last_line_without_its_end_is_never_joined_to_another_ranks(pool: Any) -> None:
+    from gpugeek_jupyter.jobs.output import LabelledWriter
+
+    out = io.StringIO()
+    writer = LabelledWriter(stdout=out, stderr=out)
+    result = run_cell(pool, "import sys\nsys.stdout.write(f'no newline {rank}')", {}, on_output=writer)
+    assert result.ok, result.report()
+    assert sorted(out.getvalue().splitlines()) == ["[rank 0] no newline 0", "[rank 1] no newline 1"], out.getvalue()
 
 
 def test_no_stream_shows_output_at_the_end(pool: Any) -> None:
