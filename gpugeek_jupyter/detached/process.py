@@ -33,6 +33,11 @@ AGENT_PLUGINS = ("gpugeek_jupyter.schedules.agent",)  # module names: each has a
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     paths = agent_paths()
+    # dask first, on this thread: two threads importing distributed's modules for the first time at
+    # once can meet one half-initialized ("cannot import name 'rejoin' from partially initialized
+    # module"), and the agent's threads (a client's launch, a taken-back job, a schedule) all use it
+    import distributed.deploy.spec  # noqa: F401
+
     service = AgentService()
     AgentManager.register("service", callable=lambda: service)
     manager = AgentManager(address=str(paths.socket), authkey=agent_key(paths))
