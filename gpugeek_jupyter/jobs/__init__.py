@@ -76,6 +76,7 @@ def cell_request(
     request = JobRequest(
         code=program.bare,
         names=program.names,
+        notices=program.notices,
         sha256=program.sha256,
         timeout=timeout,
         max_restarts=max_restarts,

@@ -96,6 +96,8 @@ class JobAgent:
         ``request.wait=False`` raises :class:`~gpugeek_jupyter.errors.PoolBusyError` on a busy pool.
         """
         request.validate()
+        for notice in request.notices:
+            (on_notice or log.info)(notice)
         output = on_output or (lambda rank, stream, text: None)
         if on_progress is None:  # a caller that asked for output but not for progress: bars as lines
             from .progress_text import TextProgress

@@ -4,7 +4,9 @@ The cell is parsed here; the names it reads that the notebook defines (functions
 variables from earlier cells) are fingerprinted now and travel, when the ranks lack them
 (:mod:`.names`: the namespace rule), as one cloudpickle, so shared objects stay shared; modules
 travel as their name and are imported again on each worker. Names the cell binds before it reads
-them are not shipped. A name that cannot be pickled is an error that names it.
+them are not shipped. A name that cannot be pickled is an error that names it, unless the cell
+mentions it only in code that never runs (``if False:``, ``while 0:``): then it is left out, with a
+notice (:attr:`CellProgram.notices`).
 
 >>> program = prepare_cell("y = x + 1\\ny", {"x": 41})
 >>> sorted(program.shipped), program.has_value
@@ -38,6 +40,7 @@ class CellProgram:
     shipped: tuple[str, ...]  # pickled names
     modules: tuple[str, ...]  # names imported again on the workers
     sha256: str
+    notices: tuple[str, ...] = ()  # what the caller is told (a name left out)
 
     @property
     def has_value(self) -> bool:
@@ -56,7 +59,7 @@ def prepare_cell(
     rank0_only: bool = False,
 ) -> CellProgram:
     """Parse ``source`` and fingerprint what it needs from ``namespace``; SpecError naming any bad name."""
-    names, has_value = _analyse(source)
+    names, has_value, dead_only = _analyse(source)
     needed = [n for n in names if n in namespace and n not in RANK_NAMES and n not in hidden]
     imports: list[tuple[str, str]] = []
     values: dict[str, Any] = {}
@@ -66,7 +69,20 @@ def prepare_cell(
             imports.append((name, value.__name__))
         else:
             values[name] = value
-    cell_names = CellNames.of(values, on_error=lambda e: _unshippable(values, e))
+    notices: list[str] = []
+    try:
+        cell_names = CellNames.of(values, on_error=lambda e: _unshippable(values, e))
+    except SpecError:
+        # a name only dead code mentions is not worth refusing the cell for: leave it out, and say so
+        skipped = [name for name in values if name in dead_only and not _pickles(values[name])]
+        if not skipped:
+            raise
+        for name in skipped:
+            notices.append(
+                f"{name!r} (a {type(values.pop(name)).__name__}) cannot be pickled and is read only in code "
+                f"that never runs (such as `if False:`), so it was not sent to the workers"
+            )
+        cell_names = CellNames.of(values, on_error=lambda e: _unshippable(values, e))
     code = CellCode(
         source=source,
         filename=CELL_FILENAME,
@@ -82,12 +98,14 @@ def prepare_cell(
         shipped=tuple(values),
         modules=tuple(name for name, _ in imports),
         sha256=hashlib.sha256(source.encode()).hexdigest(),
+        notices=tuple(notices),
     )
 
 
 @functools.lru_cache(maxsize=64)
-def _analyse(source: str) -> tuple[tuple[str, ...], bool]:
-    """The cell's free names and whether it ends with an expression (cached: cells are re-run)."""
+def _analyse(source: str) -> tuple[tuple[str, ...], bool, frozenset[str]]:
+    """The cell's free names, whether it ends with an expression, and the free names only code that
+    never runs reads (cached: cells are re-run)."""
     try:
         tree = ast.parse(source, filename=CELL_FILENAME)
     except SyntaxError as e:
@@ -96,7 +114,36 @@ def _analyse(source: str) -> tuple[tuple[str, ...], bool]:
             f"%%gpugeek_run cells are plain Python (no %magics or !commands)",
             field="cell",
         ) from e
-    return tuple(free_names(tree)), bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
+    names = free_names(tree)
+    live = free_names(_WithoutDeadCode().visit(ast.parse(source, filename=CELL_FILENAME)))
+    return tuple(names), bool(tree.body) and isinstance(tree.body[-1], ast.Expr), frozenset(names) - set(live)
+
+
+class _WithoutDeadCode(ast.NodeTransformer):
+    """The tree without the branches a constant condition never takes (``if False:``, the ``else``
+    of ``if True:``, ``while 0:``): what is left is what can run."""
+
+    def visit_If(self, node: ast.If) -> Any:
+        self.generic_visit(node)
+        if isinstance(node.test, ast.Constant):
+            return node.body if node.test.value else node.orelse
+        return node
+
+    def visit_While(self, node: ast.While) -> Any:
+        self.generic_visit(node)
+        if isinstance(node.test, ast.Constant) and not node.test.value:
+            return node.orelse
+        return node
+
+
+def _pickles(value: Any) -> bool:
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(value)
+    except Exception:
+        return False
+    return True
 
 
 def free_names(tree: ast.Module) -> list[str]:

@@ -38,6 +38,7 @@ class JobRequest:
     submitted_by: str | None = None  # who people know submitted it, when another process runs it (detached)
     # a cell's notebook values, for this process's agent to send those the ranks lack (.names)
     names: CellNames | None = None
+    notices: tuple[str, ...] = ()  # told to the caller when the job starts (a name a cell left out)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled for another process (a detached job): that one holds nothing on the ranks, so the

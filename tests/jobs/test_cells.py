@@ -170,6 +170,18 @@ def test_a_last_line_without_its_end_is_never_joined_to_another_ranks(pool: Any)
     assert sorted(out.getvalue().splitlines()) == ["[rank 0] no newline 0", "[rank 1] no newline 1"], out.getvalue()
 
 
+def test_an_unpicklable_name_only_dead_code_reads_is_left_out_with_a_notice(pool: Any, tmp_path: Path) -> None:
+    from gpugeek_jupyter.errors import SpecError
+
+    notices: list[str] = []
+    with open(tmp_path / "log.txt", "w") as fh:
+        result = run_cell(pool, "if False:\n    print(fh)\nrank", {"fh": fh}, on_notice=notices.append)
+        assert result.ok and result.values == [0, 1], result.report()
+        assert any("'fh' (a TextIOWrapper) cannot be pickled" in notice for notice in notices), notices
+        with pytest.raises(SpecError, match=r"cannot send 'fh' \(a TextIOWrapper\) to the workers"):
+            run_cell(pool, "if rank == 0:\n    print(fh)", {"fh": fh})  # code that may run: still refused
+
+
 def test_no_stream_shows_output_at_the_end(pool: Any) -> None:
     seen: list[tuple[int, str]] = []
     result = run_cell(pool, "print('hello', rank)", {}, stream=False, on_output=lambda r, s, t: seen.append((r, t)))
