@@ -394,11 +394,11 @@ def test_two_users_quotas_team_budget_and_ledger_on_a_real_jupyterhub(
     service = hub.ledger_service_pids()
     for pid in service:
         os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 5  # a signal takes effect when the process next runs
-    while time.monotonic() < deadline and any(psutil.Process(p).status() != psutil.STATUS_STOPPED for p in service):
-        time.sleep(0.05)
-    assert all(psutil.Process(pid).status() == psutil.STATUS_STOPPED for pid in service), service
     try:
+        deadline = time.monotonic() + 5  # a signal takes effect when the process next runs
+        while time.monotonic() < deadline and any(psutil.Process(p).status() != psutil.STATUS_STOPPED for p in service):
+            time.sleep(0.05)
+        assert all(psutil.Process(pid).status() == psutil.STATUS_STOPPED for pid in service), service
         status, body = hub.call("DELETE", f"/user/{bob}/gpugeek/pools/bob-1")
         assert status == 200, (status, body)
         assert [r.pool_name for r in ledger.open_pools(bob)] == ["bob-1"]  # not written: it waits in his registry
