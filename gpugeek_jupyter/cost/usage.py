@@ -14,10 +14,12 @@ the samples that arrived since its previous row into one row (:func:`pool_utiliz
   worker's own machinery (dask's event loop, its profiler, the sampler) is left out, so an idle
   worker reads 0 whatever dask does in the background; its children (torchrun ranks) count.
 
-Network bytes come from dask's own ``SystemMonitor``, which every worker heartbeat carries to the
-scheduler (``metrics["host_net_io"]["write_bps"]``): each host's send rate, counted once per host,
-times the seconds since the previous row. It is psutil's total over every interface, loopback
-included, sampled over the monitor's last interval (0.5 s), so it is an estimate.
+Network bytes are what each host sends off the host: the telemetry plugin adds a metric to every
+worker's heartbeat (``metrics["gpugeek_egress"]["write_bps"]``, see
+:mod:`gpugeek_jupyter.telemetry._egress`), psutil's bytes sent over every interface but loopback
+between two heartbeats, so a one-host pool's all-reduce and dask's own traffic on 127.0.0.1 are
+never priced as egress. Each host's rate counts once, times the seconds since the previous row, so
+it is an estimate. dask's own ``host_net_io`` is not used: it counts loopback too.
 
 Without telemetry (``telemetry_period_seconds <= 0``, or a pool whose workers cannot run the
 sampler) there are no samples and so no rows: the log says so once per pool, the idle shutdown never
@@ -106,12 +108,16 @@ def pool_utilization(columns: Columns, use_gpu: bool, nthreads: Mapping[str, int
 
 
 def host_send_rate(workers: Mapping[str, Mapping[str, Any]]) -> float:
-    """Bytes per second the pool's hosts send, from ``scheduler_info()["workers"]``: each worker's
-    last heartbeat carries its host's rate (``metrics["host_net_io"]["write_bps"]``, dask's
-    ``SystemMonitor``); workers on one host share its interfaces, so each host counts once."""
+    """Bytes per second the pool's hosts send off their host, from ``scheduler_info()["workers"]``:
+    each worker's last heartbeat carries its host's rate over every interface but loopback
+    (``metrics["gpugeek_egress"]["write_bps"]``); workers on one host share its interfaces, so each
+    host counts once. A worker without that metric (no telemetry plugin) adds nothing: dask's
+    ``host_net_io`` would count its loopback traffic as egress."""
+    from ..telemetry._egress import EGRESS_METRIC  # the telemetry package imports distributed
+
     by_host: dict[str, list[float]] = {}
     for address, info in workers.items():
-        rate = ((info.get("metrics") or {}).get("host_net_io") or {}).get("write_bps")
+        rate = ((info.get("metrics") or {}).get(EGRESS_METRIC) or {}).get("write_bps")
         if rate is None or not math.isfinite(float(rate)):
             continue
         by_host.setdefault(str(info.get("host") or address), []).append(max(0.0, float(rate)))

@@ -22,6 +22,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..devices import initial_environ
+from ._egress import EGRESS_METRIC, EgressMeter
 from ._nvml_reader import NvmlReader
 from ._process import ProcessReader
 from ._schema import sample_row
@@ -168,6 +169,7 @@ class TelemetryPlugin(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         self.loop_thread = threading.get_ident()  # dask calls setup on the worker's event loop
+        worker.metrics.setdefault(EGRESS_METRIC, EgressMeter())  # each heartbeat: bytes sent off the host
         self._thread = _SamplerThread(self)
         self._thread.start()
 

@@ -77,12 +77,14 @@ def test_rows_without_any_figure_give_no_reading() -> None:
     assert pool_utilization(columns, use_gpu=False, nthreads={}) is None
 
 
-def test_network_is_each_hosts_send_rate_from_the_worker_heartbeats_counted_once_per_host() -> None:
+def test_network_is_each_hosts_send_rate_off_the_host_counted_once_per_host() -> None:
     workers = {
-        "tcp://a:1": {"host": "a", "metrics": {"host_net_io": {"read_bps": 9e9, "write_bps": 1000.0}}},
-        "tcp://a:2": {"host": "a", "metrics": {"host_net_io": {"read_bps": 9e9, "write_bps": 1200.0}}},
-        "tcp://b:1": {"host": "b", "metrics": {"host_net_io": {"write_bps": 500.0}}},
+        "tcp://a:1": {"host": "a", "metrics": {"gpugeek_egress": {"write_bps": 1000.0}}},
+        "tcp://a:2": {"host": "a", "metrics": {"gpugeek_egress": {"write_bps": 1200.0}}},
+        "tcp://b:1": {"host": "b", "metrics": {"gpugeek_egress": {"write_bps": 500.0}}},
         "tcp://c:1": {"host": "c", "metrics": {}},  # no net counters on that host: nothing known
+        # dask's host_net_io counts loopback: a worker with only that adds nothing
+        "tcp://d:1": {"host": "d", "metrics": {"host_net_io": {"read_bps": 9e9, "write_bps": 9e9}}},
     }
     assert host_send_rate(workers) == pytest.approx(1100.0 + 500.0)
 
@@ -183,7 +185,7 @@ def test_a_beat_without_new_samples_writes_nothing_and_the_next_row_covers_it(fe
     recorder, workers = UtilizationRecorder(), Workers()
     feed.ingest(workers.answers({"tcp://h:1": [_cpu(T, 50.0)]}))
     recorder(manager, pool)
-    pool.client.workers = {"tcp://h:1": {"host": "h", "metrics": {"host_net_io": {"write_bps": 100.0}}}}
+    pool.client.workers = {"tcp://h:1": {"host": "h", "metrics": {"gpugeek_egress": {"write_bps": 100.0}}}}
     clock.at(2)
     recorder(manager, pool)  # the feed has nothing new
     assert len(manager.registry.utilization(pool.id)) == 1
