@@ -6,7 +6,7 @@ TORCH_PIN ?= torch==2.13.0
 LAB_PORT ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab demo check docs labextension-build dist wheel-smoke test fuzz browser slurm bench clean
+.PHONY: setup lab demo check docs labextension-build dist wheel-smoke test fuzz browser slurm services mlflow-server bench clean
 
 # A virtual environment with torch pinned to the CPU wheel this machine installs, and the package
 # (its labextension is built by hatch-jupyter-builder during the install) with test extras.
@@ -34,6 +34,20 @@ browser:
 # Debian's Slurm and munge for the slurm backend's tests (tests/slurm starts a one-host Slurm from them).
 slurm:
 	@command -v slurmctld >/dev/null && command -v munged >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; }
+
+# Debian's PostgreSQL (tests/support/postgres.py starts a server of its own from it, for the team
+# ledger) and npm (the JupyterHub test installs configurable-http-proxy with it).
+services:
+	@{ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v npm >/dev/null; } || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql npm >/dev/null; }
+
+# MLflow's tracking server in a venv of its own (the package needs only the client, mlflow-skinny):
+# tests/jobs/test_mlflow_tracking.py starts it (GPUGEEK_TEST_MLFLOW_SERVER) and stops it by pid.
+MLFLOW_VENV := .mlflow-venv
+$(MLFLOW_VENV)/bin/mlflow:
+	python3 -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/pip install -q "mlflow==3.17.*"
+
+mlflow-server: $(MLFLOW_VENV)/bin/mlflow
 
 # Static checks first (seconds), then the tests: lint and types of both halves, the layers contract.
 check: setup
@@ -75,9 +89,10 @@ dist: setup labextension-build
 wheel-smoke: dist
 	GPUGEEK_WHEEL="$$(ls dist/gpugeek_jupyter-*.whl)" TORCH_PIN="$(TORCH_PIN)" $(PY) -m pytest -q -p no:cacheprovider tests/packaging
 
-test: setup browser slurm check docs dist
+test: setup browser slurm services mlflow-server check docs dist
 	cd labextension && ../$(VENV)/bin/jlpm test
-	GPUGEEK_WHEEL="$$(ls dist/gpugeek_jupyter-*.whl)" TORCH_PIN="$(TORCH_PIN)" $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	GPUGEEK_WHEEL="$$(ls dist/gpugeek_jupyter-*.whl)" TORCH_PIN="$(TORCH_PIN)" \
+		GPUGEEK_TEST_MLFLOW_SERVER="$(abspath $(MLFLOW_VENV))/bin/mlflow" $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The property tests with fresh random examples (make test runs them derandomized, the same every time).
 fuzz: setup
