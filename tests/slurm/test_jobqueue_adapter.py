@@ -41,14 +41,14 @@ def test_slurm_cluster_still_has_correct_state_taking_only_self_and_returning_an
 def test_submit_jobs_submits_the_worker_spec_and_raises_what_the_job_command_said(tmp_path: Path) -> None:
     """A real SLURMCluster (its scheduler in this process) whose job class submits with a fake of
     sbatch that records its call and refuses as sbatch does: the adapter's call (submit_jobs, which
-    awaits correct_state on the cluster's loop) submits the spec's one job and raises with its stderr."""
+    awaits correct_state on the cluster's loop) submits the spec's one job and raises with its stderr,
+    and the cluster then closes (SpecCluster's close refuses a job left 'created')."""
     pytest.importorskip("dask_jobqueue")
     from gpugeek_jupyter.pools.slurm.jobqueue import require_jobqueue, submit_jobs
 
     require_jobqueue()
     from dask_jobqueue import SLURMCluster
     from dask_jobqueue.slurm import SLURMJob
-    from distributed.core import Status
 
     fake_sbatch = tmp_path / "sbatch"
     fake_sbatch.write_text(
@@ -59,13 +59,6 @@ def test_submit_jobs_submits_the_worker_spec_and_raises_what_the_job_command_sai
     class RefusedJob(SLURMJob):
         submit_command = str(fake_sbatch)
 
-        async def start(self) -> None:
-            try:
-                await super().start()
-            except RuntimeError:
-                self.status = Status.failed  # what SpecCluster's close expects of a job that never ran
-                raise
-
     cluster = SLURMCluster(
         cores=1, memory="1GB", job_cls=RefusedJob, scheduler_options={"host": "127.0.0.1", "dashboard_address": ":0"}
     )
@@ -74,5 +67,7 @@ def test_submit_jobs_submits_the_worker_spec_and_raises_what_the_job_command_sai
         with pytest.raises(RuntimeError, match="invalid partition specified: x"):
             submit_jobs(cluster)
         assert (tmp_path / "called").exists()
-    finally:
         cluster.close(timeout=30)
+    except BaseException:
+        cluster.close(timeout=30)
+        raise

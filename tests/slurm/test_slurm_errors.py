@@ -168,3 +168,34 @@ def test_loading_the_backend_leaves_ctrl_c_and_threads_alone() -> None:
     )
     answer = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert answer.stdout.strip() == "ok", answer.stderr
+
+
+def test_a_submission_sbatch_refuses_after_its_test_is_one_line_and_leaves_nothing(
+    slurm: OneHostSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sbatch --test-only can pass and the real submission still fail (a site's submit limits are
+    checked then): the launch fails with sbatch's line, not with the closing cluster's complaint
+    about the job it never started."""
+    import os
+    import shutil
+
+    import gpugeek_jupyter
+
+    real = shutil.which("sbatch")
+    fake = tmp_path / "sbatch"  # a fake of sbatch: the real one for --test-only, a refusal otherwise
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in --test-only) exec {real} "$@";; esac\n'
+        "echo 'sbatch: error: Batch job submission failed: Job violates accounting/QOS policy' >&2\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(BackendUnavailableError) as caught:
+        gpugeek_jupyter.launch(backend="slurm", count=2, name="refused")
+    message = caught.value.phrase(Surface.PYTHON)
+    assert message.startswith(
+        "sbatch refused the pool's job script (sbatch: Batch job submission failed: Job violates accounting/QOS policy)"
+    ), message
+    assert slurm.job_ids() == []
+    assert gpugeek_jupyter.list_pools()[-1].status.value == "failed"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Awaitable
 from typing import Any
 
 from ...config import get_config
@@ -23,15 +22,32 @@ from ...errors import BackendUnavailableError, Phrase, Setting
 from ..worker_origin import use_forkserver
 
 
-def correct_state(cluster: Any) -> Awaitable[None]:
+async def correct_state(cluster: Any) -> None:
     """Submit or cancel jobs until the cluster has those of its ``worker_spec`` (await it on the
-    cluster's loop); raises dask-jobqueue's RuntimeError with sbatch's stderr when sbatch refuses."""
-    return cluster._correct_state()  # type: ignore[no-any-return]
+    cluster's loop); raises dask-jobqueue's RuntimeError with sbatch's stderr when sbatch refuses.
+
+    A job sbatch refused is left ``created``, and ``SpecCluster``'s close asserts that every job it
+    made was started (closing, closed or failed): closing the pool would then fail with
+    ``AssertionError: Status.created`` in place of sbatch's line. Such jobs (no job id: nothing to
+    cancel) are marked failed before the refusal is raised."""
+    try:
+        await cluster._correct_state()
+    except BaseException:
+        _fail_unsubmitted(cluster)
+        raise
 
 
 def submit_jobs(cluster: Any) -> None:
     """:func:`correct_state` from a thread other than the cluster's loop, waiting for its outcome."""
     cluster.sync(correct_state, cluster)
+
+
+def _fail_unsubmitted(cluster: Any) -> None:
+    from distributed.core import Status
+
+    for job in list(cluster.workers.values()):
+        if getattr(job, "status", None) == Status.created and getattr(job, "job_id", None) is None:
+            job.status = Status.failed
 
 
 _import_lock = threading.Lock()
