@@ -246,6 +246,22 @@ class JobLogs:
             except OSError as e:
                 self._give_up_disk(e)
 
+    def write_traceback(self, rank: int, traceback: str) -> None:
+        """Add a failed ``rank``'s traceback to its file (not to :meth:`text`: the cell and the
+        result show it from the rank's report), so that readers of the logs, the side panel's
+        output tail among them, see why the rank failed."""
+        text = traceback if traceback.endswith("\n") else traceback + "\n"
+        with self._lock:
+            if self._disk_failed:
+                return
+            try:
+                if rank not in self._ranks:
+                    self._make_directory()
+                    self._ranks[rank] = _RankLog(self.directory / f"rank-{rank}.log", self.limit)
+                self._ranks[rank].write(text)
+            except OSError as e:
+                self._give_up_disk(e)
+
     def mark_attempt(self, attempt: int) -> None:
         """A restart: later output is another attempt's (said in every rank's file)."""
         self.attempt = attempt

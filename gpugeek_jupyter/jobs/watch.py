@@ -365,6 +365,9 @@ class AttemptWatch:
     def outcome(self) -> AttemptResult:
         result = self._outcome()
         result.where = self.where
+        for rank, report in sorted(result.ranks.items()):  # the logs' readers see why a rank failed
+            if report.traceback and not report.peer_failure:
+                self.logs.write_traceback(rank, report.traceback)
         # on disk only if the attempt's states were written while it ran; else in the job's row
         self.logs.set_states({rank: rank_state(r.status) for rank, r in result.ranks.items()}, write=False)
         return result

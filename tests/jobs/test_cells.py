@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from gpugeek_jupyter.jobs import run_cell
+from gpugeek_jupyter.jobs.logs import JobLogs
 from gpugeek_jupyter.store import JobStatus, get_registry
 
 
@@ -200,6 +201,21 @@ def test_rank_failure_ends_every_rank_and_pool_stays_usable(pool: Any) -> None:
     stopped = result.ranks[0]  # cancelled before its all_reduce, or broken out of it when rank 1 left
     assert stopped.status == "cancelled" or (stopped.status == "failed" and stopped.peer_failure), stopped
     assert run_cell(pool, "t = torch.ones(1)\ndist.all_reduce(t)\nt.item()", {"torch": torch}).values == [2.0, 2.0]
+
+
+@pytest.mark.timeout(120)
+def test_the_failing_ranks_traceback_ends_the_output_tail_the_side_panel_reads(pool: Any) -> None:
+    cell = "print('loading', rank)\nif rank == 1:\n    raise ValueError('rank one is broken')\n"
+    result = run_cell(pool, cell, {})
+    assert not result.ok and result.failed_rank == 1
+    tail = JobLogs.grouped_tail(result.job_id).splitlines()
+    assert tail == [
+        "[ranks 0-1] loading 0, 1",
+        "[rank 1] Traceback (most recent call last):",
+        '[rank 1]   File "<gpugeek_run cell>", line 3, in <module>',
+        "[rank 1]     raise ValueError('rank one is broken')",
+        "[rank 1] ValueError: rank one is broken",
+    ], tail
 
 
 @pytest.mark.timeout(120)
