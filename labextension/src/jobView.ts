@@ -4,6 +4,7 @@
  * chips and the grouped tail of their output.
  */
 
+import { renderFullId } from './copy';
 import { h } from './dom';
 import {
   formatDuration,
@@ -587,6 +588,7 @@ function renderJobRecord(job: IJobModel, state: IJobRowState): HTMLElement {
   const params = hyperparamRows(job.hyperparams);
   return h('div', { class: 'gpugeek-job-detail' }, [
     state.error && h('div', { class: 'gpugeek-job-error', text: state.error }),
+    h('div', { class: 'gpugeek-job-full-id' }, ['Id ', renderFullId(job.id, 'job id')]),
     renderKeyValues(rows),
     h('div', { class: 'gpugeek-job-code' }, [
       'Code SHA-256 ',

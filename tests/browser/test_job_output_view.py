@@ -98,3 +98,38 @@ def test_a_running_jobs_row_shows_its_ranks_states_and_their_grouped_output(
     expect(row.locator(".gpugeek-status")).to_have_text("succeeded", timeout=READY_TIMEOUT_MS)
     expect(chips).to_have_text(["ranks 0-1 done"], timeout=READY_TIMEOUT_MS)  # the row keeps its final states
     expect(tail).to_contain_text(f"[ranks 0-1] {LINE}")
+
+
+FAILING_CELL = """%%gpugeek_run
+print('loading', rank, flush=True)
+if rank == 1:
+    raise ValueError('rank one is broken')
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_failed_jobs_view_ends_with_the_ranks_traceback_and_copies_its_full_id(
+    page: Any, lab: LabServer, kernel: KernelSession, artifacts: Path
+) -> None:
+    failed = kernel.run(FAILING_CELL)
+    assert failed.error is not None and "rank one is broken" in failed.text, failed.text
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=lab.url.rstrip("/"))
+    panel = open_panel(page, lab)
+    widen_sidebar(page, 720)
+    row = panel.locator(".gpugeek-job-row").filter(has=page.locator(".gpugeek-status-failed")).first
+    expect(row).to_be_visible(timeout=READY_TIMEOUT_MS)
+    job_id = row.get_attribute("data-job-id")
+    row.scroll_into_view_if_needed()
+    row.locator(".gpugeek-job-summary").click()
+
+    tail = row.locator("pre.gpugeek-job-output-tail")
+    expect(tail).to_contain_text("[rank 1] Traceback (most recent call last):", timeout=READY_TIMEOUT_MS)
+    assert tail.inner_text().splitlines()[-1] == "[rank 1] ValueError: rank one is broken", tail.inner_text()
+
+    full = row.locator(".gpugeek-job-full-id")
+    expect(full.locator(".gpugeek-full-id-text")).to_have_text(job_id)
+    copy = full.locator("button.gpugeek-copy-button")
+    copy.click()
+    expect(copy).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == job_id
+    row.screenshot(path=str(artifacts / "failed-job-view.png"))
