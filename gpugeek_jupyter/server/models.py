@@ -127,6 +127,7 @@ def make_pool_model(
         **dashboard_fields(record),
         "scheduler_address": record.scheduler_address or "",
         "owner": record.owner,
+        "owner_label": record.owner_label,
         "namespace": record.namespace,
         "created_at": iso_time(record.created_at),
         "ended_at": iso_time(record.ended_at),

@@ -223,6 +223,10 @@ _STEP_6 = (
 )""",
 )
 
+# The notebook a pool was launched from (the kernel's JPY_SESSION_NAME), to show as its owner: the
+# owner column is the process's identity (a kernel id), which the liveness checks compare.
+_STEP_7 = ("ALTER TABLE pools ADD COLUMN owner_label TEXT",)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tables of pools, workers, jobs, events, utilization and data volumes", _STEP_1),
     Migration(2, "indexes for the panel's bounded reads and the lost-pool sweeper", _STEP_2),
@@ -230,6 +234,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "a queue of jobs per pool: arrival time and the submitting process of each job", _STEP_4),
     Migration(5, "scheduled runs: schedules and one row per occurrence", _STEP_5),
     Migration(6, "the team outbox: reports waiting for the team's ledger service", _STEP_6),
+    Migration(7, "the notebook a pool was launched from, shown as its owner", _STEP_7),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "steps are numbered 1, 2, 3, ..."

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ConflictError, NotFoundError, PerSurface, Phrase, Value
 from ._connection import Database
-from ._processes import process_is_alive, process_started_at
+from ._processes import notebook_label, process_is_alive, process_started_at
 from ._records import LIVE_SQL, OPEN_JOB_SQL, JobStatus, PoolRecord, PoolStatus, pool_record
 
 log = logging.getLogger(__name__)
@@ -41,14 +41,16 @@ class PoolQueries(Database):
         owner: str,
         namespace: str | None = None,
     ) -> PoolRecord:
-        """Insert a pool in ``starting``, owned by this process; ConflictError if a live pool has that name."""
+        """Insert a pool in ``starting``, owned by this process (labelled with its notebook, if any);
+        ConflictError if a live pool has that name."""
         now = self.clock()
         pid = os.getpid()
         try:
             with self._write() as db:
                 cursor = db.execute(
                     "INSERT INTO pools (name, backend, spec_json, prices_json, status, namespace, owner, owner_pid,"
-                    " owner_host, owner_started_at, created_at, heartbeat_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " owner_host, owner_started_at, created_at, heartbeat_at, owner_label)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         name,
                         backend,
@@ -62,6 +64,7 @@ class PoolQueries(Database):
                         process_started_at(pid),
                         now,
                         now,
+                        notebook_label(),
                     ),
                 )
                 pool_id = int(cursor.lastrowid or 0)

@@ -82,6 +82,7 @@ class PoolRecord:
     ended_at: float | None
     heartbeat_at: float
     stop_requested: bool
+    owner_label: str | None = None  # the notebook it was launched from ("notebook train.ipynb"), if any
 
     @property
     def gpu_type(self) -> str:
@@ -202,6 +203,7 @@ def pool_record(row: sqlite3.Row) -> PoolRecord:
         ended_at=row["ended_at"],
         heartbeat_at=row["heartbeat_at"],
         stop_requested=bool(row["stop_requested"]),
+        owner_label=row["owner_label"],
     )
 
 

@@ -185,3 +185,11 @@ export function firstLine(text: string, max = 120): string {
   const cut = line.length > max ? line.slice(0, max - 1).trimEnd() : line;
   return more ? `${cut}…` : cut;
 }
+
+/**
+ * A pool's owner as a person knows it: the notebook it was launched from
+ * ("notebook train.ipynb"), else the process ("server", "pid N", "kernel <id>").
+ */
+export function formatOwner(pool: { owner: string; owner_label?: string | null }): string {
+  return pool.owner_label || pool.owner;
+}

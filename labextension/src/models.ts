@@ -60,6 +60,8 @@ export interface IPoolModel {
   scheduler_address: string;
   /** Who created the pool: "kernel <id>", "server" or "pid N". */
   owner: string;
+  /** The notebook it was launched from ("notebook train.ipynb"); null outside a notebook. */
+  owner_label?: string | null;
   namespace: string | null;
   created_at: string;
   /** When the pool stopped, failed or was lost; null while it is live. */

@@ -12,6 +12,7 @@ import {
   formatCapacitySplit,
   formatDuration,
   formatGpuSummary,
+  formatOwner,
   formatTimestamp,
   formatUsd,
   formatUsdPerHour,
@@ -231,7 +232,7 @@ export function renderEndedRow(
           renderKeyValues([
             ['GPUs', formatGpuSummary(pool)],
             ['Backend', pool.backend],
-            ['Owner', pool.owner],
+            ['Owner', formatOwner(pool)],
             ['Created', formatTimestamp(pool.created_at)],
             ['Ended', formatTimestamp(pool.ended_at)],
             ['Cost', formatUsd(pool.usd_so_far)],
@@ -273,7 +274,7 @@ function renderUtilisation(pool: IPoolModel): HTMLElement {
 function renderDetails(pool: IPoolModel, metrics: IPoolMetrics | null): HTMLElement {
   const rows: [string, string][] = [
     ['Scheduler', pool.scheduler_address],
-    ['Owner', pool.owner],
+    ['Owner', formatOwner(pool)],
     ['Namespace', pool.namespace ?? '–'],
     ['Created', formatTimestamp(pool.created_at)]
   ];

@@ -20,6 +20,7 @@ export function makePool(overrides: Partial<IPoolModel> = {}): IPoolModel {
     dashboard_link: 'http://127.0.0.1:8787/status',
     scheduler_address: 'tcp://127.0.0.1:8786',
     owner: 'kernel 1234',
+    owner_label: null,
     namespace: null,
     created_at: '2026-11-30T08:00:00Z',
     ended_at: null,

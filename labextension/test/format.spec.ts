@@ -6,6 +6,7 @@ import {
   formatCapacitySplit,
   formatDuration,
   formatGpuSummary,
+  formatOwner,
   formatUsd,
   formatUsdPerHour,
   formatUtilisation,
@@ -161,5 +162,18 @@ describe('firstLine', () => {
   it('marks a cut with an ellipsis: more lines, or too long', () => {
     expect(firstLine('\nworker failed\nTraceback ...')).toBe('worker failed…');
     expect(firstLine('x'.repeat(200), 10)).toBe('xxxxxxxxx…');
+  });
+});
+
+describe('formatOwner', () => {
+  it('names the notebook a pool was launched from, not its kernel id', () => {
+    expect(formatOwner(makePool({ owner: 'kernel 5f0c9e2a-1b', owner_label: 'notebook train.ipynb' }))).toBe(
+      'notebook train.ipynb'
+    );
+  });
+
+  it('falls back to the process when there was no notebook', () => {
+    expect(formatOwner(makePool({ owner: 'server', owner_label: null }))).toBe('server');
+    expect(formatOwner({ owner: 'pid 4242' })).toBe('pid 4242');
   });
 });

@@ -133,3 +133,24 @@ def test_a_failed_jobs_view_ends_with_the_ranks_traceback_and_copies_its_full_id
     expect(copy).to_have_text("Copied")
     assert page.evaluate("navigator.clipboard.readText()") == job_id
     row.screenshot(path=str(artifacts / "failed-job-view.png"))
+
+
+@pytest.mark.timeout(240)
+def test_a_pool_launched_from_a_notebook_shows_the_notebook_as_its_owner(page: Any, lab: LabServer) -> None:
+    session = KernelSession(
+        env={"GPUGEEK_REGISTRY": str(lab.registry), "JPY_SESSION_NAME": "/home/ada/work/owned.ipynb"}
+    )
+    try:
+        launched = session.run(
+            "%load_ext gpugeek_jupyter\n%gpugeek_launch --gpu-type cpu --count 1 --name owned --quiet"
+        )
+        assert launched.error is None, launched.text
+        panel = open_panel(page, lab)
+        row = panel.locator('.gpugeek-pool-row[data-pool-name="owned"]')
+        expect(row).to_be_visible(timeout=READY_TIMEOUT_MS)
+        row.locator("button.gpugeek-pool-name").click()
+        owner = row.locator(".gpugeek-pool-details dt", has_text="Owner").locator("xpath=following-sibling::dd[1]")
+        expect(owner).to_have_text("notebook owned.ipynb", timeout=READY_TIMEOUT_MS)
+    finally:
+        session.run("%gpugeek_stop owned")
+        session.shutdown()

@@ -74,6 +74,17 @@ def test_pool_model_has_exactly_the_panels_keys_and_is_json(registry: Registry, 
     assert model["owner"] == "kernel abc"
 
 
+def test_a_pool_launched_from_a_notebook_is_owned_by_the_notebook_as_people_name_it(
+    registry: Registry, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    assert pool_model(registry, two_worker_pool(registry), clock.now)["owner_label"] is None
+    registry.set_pool_status(registry.latest_pool("models").id, PoolStatus.STOPPED)
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ada/work/train.ipynb")  # Jupyter sets it in each kernel
+    model = pool_model(registry, two_worker_pool(registry), clock.now)
+    assert (model["owner"], model["owner_label"]) == ("kernel abc", "notebook train.ipynb")
+
+
 def test_job_model_has_exactly_the_panels_keys(registry: Registry, clock: Clock) -> None:
     record = two_worker_pool(registry)
     job = registry.add_job("job-1", record.id, record.name, "torchrun", "ab" * 32, ranks=2, hyperparams={"lr": 0.1})
