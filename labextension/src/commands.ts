@@ -5,5 +5,7 @@ export const CommandIDs = {
   /** Args: `{ name: string }` */
   stopPool: 'gpugeek:stop-pool',
   /** Args: `{ name: string }` */
-  usePool: 'gpugeek:use-pool'
+  usePool: 'gpugeek:use-pool',
+  /** Args: `{ name?: string }` (asked for when missing, as from the palette) */
+  openMonitor: 'gpugeek:open-monitor'
 } as const;

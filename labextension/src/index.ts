@@ -10,7 +10,13 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import {
+  ICommandPalette,
+  InputDialog,
+  MainAreaWidget,
+  Notification,
+  WidgetTracker
+} from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { historyIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
@@ -20,6 +26,7 @@ import { CommandIDs } from './commands';
 import { gpuIcon } from './icons';
 import { insertPoolMagic, notebookOf, poolMagic } from './notebook';
 import { DEFAULT_REFRESH_PERIOD_SECONDS, GpugeekPanel, PANEL_ID } from './panel';
+import { monitorId, PoolMonitor } from './monitorWidget';
 import { makeServerRequest } from './request';
 import { SCHEDULES_PANEL_ID, SchedulesPanel } from './schedulesPanel';
 
@@ -55,8 +62,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const lastNotebook = trackLastNotebook(app, labShell);
     addCommands(app, panel, lastNotebook);
+    addMonitor(app, new GpugeekApi(makeServerRequest()), restorer);
     if (palette) {
-      for (const command of [CommandIDs.showPanel, CommandIDs.refreshPools]) {
+      for (const command of [CommandIDs.showPanel, CommandIDs.refreshPools, CommandIDs.openMonitor]) {
         palette.addItem({ command, category: PALETTE_CATEGORY });
       }
     }
@@ -99,6 +107,48 @@ function addCommands(
       insertPoolMagic(notebook, name);
       app.shell.activateById(widget.id);
     }
+  });
+}
+
+/**
+ * The pools' monitors as main-area tabs, one per pool, restored with the
+ * layout by the pool's name.
+ */
+function addMonitor(app: JupyterFrontEnd, api: GpugeekApi, restorer: ILayoutRestorer | null): void {
+  const tracker = new WidgetTracker<MainAreaWidget<PoolMonitor>>({ namespace: 'gpugeek-monitor' });
+  app.commands.addCommand(CommandIDs.openMonitor, {
+    label: args => (args.name ? `Open Monitor of Pool ${args.name}` : 'Open Pool Monitor…'),
+    execute: async args => {
+      let name = args.name ? String(args.name) : '';
+      if (!name) {
+        const asked = await InputDialog.getText({ title: 'Monitor of pool', placeholder: 'pool name, e.g. dev' });
+        name = asked.button.accept ? (asked.value ?? '').trim() : '';
+        if (!name) {
+          return;
+        }
+      }
+      const open = tracker.find(widget => widget.content.poolName === name);
+      if (open) {
+        app.shell.activateById(open.id);
+        return open;
+      }
+      const widget = new MainAreaWidget({ content: new PoolMonitor(api, name) });
+      widget.id = monitorId(name);
+      widget.title.label = `Monitor: ${name}`;
+      widget.title.icon = gpuIcon;
+      widget.title.closable = true;
+      void tracker.add(widget);
+      if (!widget.isAttached) {
+        app.shell.add(widget, 'main', { mode: 'split-right' });
+      }
+      app.shell.activateById(widget.id);
+      return widget;
+    }
+  });
+  void restorer?.restore(tracker, {
+    command: CommandIDs.openMonitor,
+    args: widget => ({ name: widget.content.poolName }),
+    name: widget => widget.content.poolName
   });
 }
 

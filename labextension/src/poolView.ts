@@ -147,6 +147,14 @@ export function renderPoolRow(
             }
           }),
         h('button', {
+          class: 'jp-mod-styled gpugeek-monitor-button',
+          text: 'Monitor',
+          title: `Open the monitor of pool ${pool.name} in a tab`,
+          on: {
+            click: () => void commands.execute(CommandIDs.openMonitor, { name: pool.name })
+          }
+        }),
+        h('button', {
           class: 'jp-mod-styled gpugeek-use-button',
           text: 'Use in notebook',
           title: `Insert %gpugeek_use ${pool.name} into the current notebook`,
