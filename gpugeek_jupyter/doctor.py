@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import sqlite3
 import sys
 import tempfile
@@ -282,7 +283,8 @@ def check_registry(path: str | os.PathLike[str] | None = None) -> CheckResult:
 
     Nothing is created but one probe file, removed at once; an existing registry is only read.
     """
-    from .store import SCHEMA_VERSION
+    from .errors import RegistryFolderOpenError
+    from .store import SCHEMA_VERSION, refuse_open_registry_directory
 
     name = "registry"
     variable = ENVIRONMENT["registry_path"]
@@ -293,6 +295,10 @@ def check_registry(path: str | os.PathLike[str] | None = None) -> CheckResult:
     )
     if target.is_dir():
         return failed(name, f"{target} is a folder; the registry is a file", fix)
+    try:
+        refuse_open_registry_directory(target.parent)
+    except RegistryFolderOpenError as e:
+        return failed(name, str(e), f"chmod 700 {shlex.quote(str(target.parent))}")
     if target.exists():
         try:
             with open(target, "r+b"):

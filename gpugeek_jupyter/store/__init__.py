@@ -31,6 +31,7 @@ from ._private import (
     check_private_file,
     make_private_directory,
     make_private_file,
+    refuse_open_registry_directory,
     write_private_file,
 )
 from ._processes import process_is_alive, process_started_at
@@ -79,6 +80,7 @@ __all__ = [
     "check_private_file",
     "get_registry",
     "make_private_directory",
+    "refuse_open_registry_directory",
     "make_private_file",
     "process_is_alive",
     "process_started_at",

@@ -132,8 +132,10 @@ def refuse_open_registry_directory(folder: Path) -> None:
     one is created ``0700``."""
     try:
         info = folder.stat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return
+    if not stat.S_ISDIR(info.st_mode):
+        return  # not a folder at all: creating the registry says so
     if not _is_open_to_others(info.st_mode) or info.st_mode & stat.S_ISVTX or info.st_uid != os.geteuid():
         return
     if _is_home(folder):

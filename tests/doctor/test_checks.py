@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import sqlite3
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -214,6 +215,18 @@ def test_registry_below_a_file_fails(tmp_path: Path) -> None:
     assert result.state is CheckState.FAIL, result.line()
     assert f"{tmp_path / 'notes.txt'} is a file, not a folder" in result.detail
     assert "GPUGEEK_REGISTRY" in result.fix
+
+
+def test_registry_in_a_folder_open_to_others_fails_with_the_chmod_and_leaves_it_open(tmp_path: Path) -> None:
+    folder = tmp_path / "state"
+    folder.mkdir()
+    folder.chmod(0o755)
+    result = doctor.check_registry(folder / "gpugeek.sqlite")
+    assert result.line().endswith(
+        f"is mode 0o755, open to other users: run `chmod 700 {folder}`, or set "
+        f"GPUGEEK_REGISTRY to a file in a private folder; fix: chmod 700 {folder}"
+    )
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
 
 
 def test_registry_path_that_is_a_folder_fails(tmp_path: Path) -> None:

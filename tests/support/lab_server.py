@@ -171,6 +171,7 @@ def start_lab(
 ) -> LabServer:
     """Start ``jupyter lab`` with its state under ``home`` and wait until it answers."""
     root = home / "notebooks"
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)  # the user's own, like a home: the registry may be in it
     for folder in ("config", "runtime", "workspaces", "settings", "notebooks"):
         (home / folder).mkdir(parents=True, exist_ok=True)
     write_quiet_lab_settings(home / "settings")
