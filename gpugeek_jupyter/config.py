@@ -58,8 +58,8 @@ ENVIRONMENT = {
     "keeper_grace_seconds": "GPUGEEK_KEEPER_GRACE",
     "result_bytes": "GPUGEEK_RESULT_BYTES",
     "team_ledger_url": "GPUGEEK_TEAM_LEDGER",
-}
     "team_service_url": "GPUGEEK_TEAM_SERVICE",
+}
 
 
 class GpugeekConfig(Configurable):
@@ -137,7 +137,6 @@ class GpugeekConfig(Configurable):
         "team budget and an admin's report, e.g. 'postgresql+psycopg://gpugeek@db/gpugeek' ('': none; each "
         "user's private registry only). Env: GPUGEEK_TEAM_LEDGER.",
     ).tag(config=True)
-    quota_max_gpus = Integer(0, help="GPUs a user may hold at once over all their live pools (0: no limit).").tag(
     team_service_url = Unicode(
         "",
         help="URL of the team's ledger service (a JupyterHub service: python -m "
@@ -145,6 +144,7 @@ class GpugeekConfig(Configurable):
         "When set, pools are reported to it with the user's hub token (JUPYTERHUB_API_TOKEN) instead of "
         "writing team_ledger_url, so users never hold the database's credentials. Env: GPUGEEK_TEAM_SERVICE.",
     ).tag(config=True)
+    quota_max_gpus = Integer(0, help="GPUs a user may hold at once over all their live pools (0: no limit).").tag(
         config=True
     )
     quota_max_workers = Integer(0, help="Workers a user may hold at once over all their live pools (0: no limit).").tag(
