@@ -186,8 +186,8 @@ def test_notices_are_printed_once_per_process_however_often_the_magics_load(shel
     printers = [p for p in get_pool_manager().plugins.values() if isinstance(p, NoticePrinter)]
     assert len(printers) == 1
     get_pool_manager().post_notice(
-        SimpleNamespace(name="x"),
-        "budget-warning",  # type: ignore[arg-type]
+        SimpleNamespace(name="x", spec=SimpleNamespace(backend="local")),  # type: ignore[arg-type]
+        "budget-warning",
         "pool 'x' has spent USD 8.00 of its USD 10.00 budget (80%)",
     )
     assert capsys.readouterr().err == "gpugeek: pool 'x' has spent USD 8.00 of its USD 10.00 budget (80%)\n"

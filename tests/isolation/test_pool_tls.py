@@ -135,7 +135,10 @@ def test_another_user_cannot_read_the_registry_or_the_pools_credentials(tls_pool
     key_files = [p for p in files if p.suffix == ".pem"]
     assert {p.name for p in key_files} == {"ca.pem", "cert.pem", "key.pem"}
     assert {p.name for p in files} >= {registry_path.name, registry_path.name + "-wal"}
-    for directory in (registry_path.parent, root, *root.iterdir()):
+    # the registry's folder is shared like /tmp (sticky, the one open folder accepted) and left so;
+    # what gpugeek makes in it is 0700 and 0600
+    assert stat.S_IMODE(registry_path.parent.stat().st_mode) == 0o1777
+    for directory in (root, *root.iterdir()):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
     for file in files:
         assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
