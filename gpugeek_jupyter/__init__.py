@@ -115,6 +115,12 @@ def load_ipython_extension(ipython: Any) -> None:
     from .magics import register_magics
 
     register_magics(ipython)
+    # distributed here, on the kernel's thread (about 0.5 s), not in the warm-up thread: a cell that
+    # launches at once would import it too, and two threads importing its modules for the first time
+    # at once can meet one half-initialized ("cannot import name 'rejoin' from partially initialized
+    # module"), failing the launch
+    import distributed  # noqa: F401
+
     from .config import get_config
     from .pools.worker_origin import warm_up
 

@@ -4,8 +4,9 @@ dask logs a worker's restart, a closed comm at shutdown or a reaped process as w
 and bokeh add their own: lines that read as failures after a launch, a job and a stop that all
 worked. Pools set these libraries' loggers to ``log_level`` (``ERROR`` unless configured) in the
 launching process and in every local worker (whose nanny passes the level on as
-``GPUGEEK_LOG_LEVEL``); turning it up to ``INFO`` shows dask's own account again. Our own loggers
-(``gpugeek_jupyter.*``) are left alone.
+``GPUGEEK_LOG_LEVEL``); turning it up to ``INFO`` shows dask's own account again. At ``ERROR`` the
+scheduler's errors about broadcasts that met a closing comm are left out too (the workers of a
+stopping pool). Our own loggers (``gpugeek_jupyter.*``) are left alone.
 """
 
 from __future__ import annotations
@@ -14,6 +15,19 @@ import logging
 
 LIBRARY_LOGGERS = ("distributed", "tornado", "bokeh")
 LOG_LEVEL_VARIABLE = "GPUGEEK_LOG_LEVEL"
+
+
+class _ClosedCommBroadcasts(logging.Filter):
+    """dask's scheduler logs every broadcast that met a comm closing under it as an ERROR (``broadcast
+    to tls://...: failed: CommClosedError``): at a pool's stop, or a script's exit with its pool still
+    up, that is the workers going away, which the pool's own account already says."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("broadcast to ") and "CommClosedError" in message)
+
+
+_BROADCAST_FILTER = _ClosedCommBroadcasts()
 
 
 def set_library_log_level(level: str) -> None:
@@ -26,6 +40,12 @@ def set_library_log_level(level: str) -> None:
 
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(number)
+    scheduler = logging.getLogger("distributed.scheduler")
+    if number >= logging.ERROR:  # dask's own account turned up (INFO, DEBUG) keeps every line
+        if _BROADCAST_FILTER not in scheduler.filters:
+            scheduler.addFilter(_BROADCAST_FILTER)
+    else:
+        scheduler.removeFilter(_BROADCAST_FILTER)
     for name, logger in list(logging.root.manager.loggerDict.items()):
         if (
             isinstance(logger, logging.Logger)

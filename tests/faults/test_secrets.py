@@ -31,10 +31,12 @@ def _registry_bytes(path: Path) -> bytes:
 
 def _credential_material(registry: Path) -> list[str]:
     """The base64 lines of every pool credential file beside ``registry`` (certificates and keys),
-    and the PEM marker of a private key: one of them anywhere else would be a leak."""
+    and the PEM marker of a private key: one of them anywhere else would be a leak. A file's short
+    last line is left out: a few base64 characters turn up by chance in the megabytes of inline
+    BokehJS and styles a kernel's messages carry (a PNG's "...AAAABJRU5ErkJggg==" did)."""
     lines = ["PRIVATE KEY-----"]
     for pem in sorted((registry.parent / "gpugeek-credentials").rglob("*.pem")):
-        lines += [line for line in pem.read_text().splitlines() if line and not line.startswith("-----")]
+        lines += [line for line in pem.read_text().splitlines() if len(line) >= 32 and not line.startswith("-----")]
     assert len(lines) > 3, "no pool credentials to look for: is the pool running with TLS?"
     return lines
 

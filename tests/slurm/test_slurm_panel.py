@@ -37,8 +37,8 @@ def test_the_panel_launches_a_slurm_pool_with_its_partition_and_walltime_and_sto
 
     fill_launch_form(panel, gpu_type="cpu", count="2", name="from-panel", walltime="4h", partition=SECOND_PARTITION)
     panel.locator(".gpugeek-launch-button").click()
-    expect(walltime.locator(".gpugeek-field-error")).to_have_text(
-        "walltime must be a Slurm time limit (minutes, HH:MM:SS or D-HH:MM:SS), got '4h' (e.g. 04:00:00)"
+    expect(walltime.locator(".gpugeek-field-error")).to_have_text(  # in the form's own label
+        "Walltime must be a Slurm time limit (minutes, HH:MM:SS or D-HH:MM:SS), got '4h' (e.g. 04:00:00)"
     )
     assert slurm.run("squeue", "-h", "-o", "%i").stdout.split() == []  # nothing submitted
 
