@@ -302,7 +302,21 @@ def _tables() -> Any:
     return metadata, pools
 
 
-_METADATA, POOLS = _tables()
+@functools.cache
+def _team_tables() -> Any:
+    """The ledger's tables, made on first use: SQLAlchemy is the ``team`` extra's, and a process with
+    no team ledger never imports it."""
+    return _tables()
+
+
+def _pools() -> Any:
+    return _team_tables()[1]
+
+
+def __getattr__(name: str) -> Any:  # ``POOLS``, for readers of the table outside this module
+    if name == "POOLS":
+        return _pools()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _spend(rows: Any, since: float, until: float) -> float:
@@ -330,7 +344,7 @@ class TeamLedger:
                 from sqlalchemy import create_engine
 
                 engine = create_engine(self.url, pool_pre_ping=True)
-                _METADATA.create_all(engine)
+                _team_tables()[0].create_all(engine)
                 self._engine = engine
             return self._engine
 
@@ -347,20 +361,24 @@ class TeamLedger:
         key = str(report["key"])
         with self.engine.begin() as db:
             same = db.execute(
-                select(POOLS.c.id).where(
-                    POOLS.c.pool_key == key,
-                    POOLS.c.user_name == user,
-                    POOLS.c.started_at == float(report["started_at"]),
+                select(_pools().c.id).where(
+                    _pools().c.pool_key == key,
+                    _pools().c.user_name == user,
+                    _pools().c.started_at == float(report["started_at"]),
                 )
             ).first()
             if same is not None:
                 return
-            db.execute(update(POOLS).where(POOLS.c.pool_key == key, POOLS.c.ended_at.is_(None)).values(ended_at=now))
             db.execute(
-                update(POOLS).where(POOLS.c.pool_key == key).values(pool_key=POOLS.c.pool_key + f"#ended-{now:.6f}")
+                update(_pools()).where(_pools().c.pool_key == key, _pools().c.ended_at.is_(None)).values(ended_at=now)
             )
             db.execute(
-                insert(POOLS).values(
+                update(_pools())
+                .where(_pools().c.pool_key == key)
+                .values(pool_key=_pools().c.pool_key + f"#ended-{now:.6f}")
+            )
+            db.execute(
+                insert(_pools()).values(
                     pool_key=key,
                     user_name=user,
                     host=str(report["host"]),
@@ -379,7 +397,7 @@ class TeamLedger:
         from sqlalchemy import select
 
         with self.engine.connect() as db:
-            row = db.execute(select(POOLS.c.user_name).where(POOLS.c.pool_key == key)).first()
+            row = db.execute(select(_pools().c.user_name).where(_pools().c.pool_key == key)).first()
         return None if row is None else str(row.user_name)
 
     def holdings(self, user: str, now: float) -> tuple[list[Any], float, float]:
@@ -395,8 +413,8 @@ class TeamLedger:
 
         with self.engine.begin() as db:
             db.execute(
-                update(POOLS)
-                .where(POOLS.c.pool_key == key, POOLS.c.ended_at.is_(None))
+                update(_pools())
+                .where(_pools().c.pool_key == key, _pools().c.ended_at.is_(None))
                 .values(ended_at=float(ended_at or time.time()))
             )
 
@@ -404,18 +422,18 @@ class TeamLedger:
         from sqlalchemy import select
 
         with self.engine.connect() as db:
-            return list(db.execute(select(POOLS).where(POOLS.c.user_name == user, POOLS.c.ended_at.is_(None))))
+            return list(db.execute(select(_pools()).where(_pools().c.user_name == user, _pools().c.ended_at.is_(None))))
 
     def spend(self, since: float, until: float | None = None, user: str | None = None) -> float:
         """USD spent between ``since`` and ``until`` (now), by ``user`` or the whole team."""
         from sqlalchemy import or_, select
 
         until = until or time.time()
-        query = select(POOLS.c.started_at, POOLS.c.ended_at, POOLS.c.usd_per_hour).where(
-            POOLS.c.started_at < until, or_(POOLS.c.ended_at.is_(None), POOLS.c.ended_at > since)
+        query = select(_pools().c.started_at, _pools().c.ended_at, _pools().c.usd_per_hour).where(
+            _pools().c.started_at < until, or_(_pools().c.ended_at.is_(None), _pools().c.ended_at > since)
         )
         if user is not None:
-            query = query.where(POOLS.c.user_name == user)
+            query = query.where(_pools().c.user_name == user)
         with self.engine.connect() as db:
             return _spend(db.execute(query), since, until)
 
@@ -425,11 +443,11 @@ class TeamLedger:
         from sqlalchemy import or_, select
 
         until = until or time.time()
-        query = select(POOLS).where(
-            POOLS.c.started_at < until, or_(POOLS.c.ended_at.is_(None), POOLS.c.ended_at > since)
+        query = select(_pools()).where(
+            _pools().c.started_at < until, or_(_pools().c.ended_at.is_(None), _pools().c.ended_at > since)
         )
         if user is not None:
-            query = query.where(POOLS.c.user_name == user)
+            query = query.where(_pools().c.user_name == user)
         groups: dict[tuple[str, str], dict[str, Any]] = {}
         with self.engine.connect() as db:
             for row in db.execute(query):
