@@ -236,15 +236,19 @@ class JobLogs:
             if used < MEMORY_CHARS:
                 self._memory.setdefault(rank, []).append(text[: MEMORY_CHARS - used])
                 self._memory_chars[rank] = used + len(text)
-            if self._disk_failed:
-                return
-            try:
-                if rank not in self._ranks:
-                    self._make_directory()
-                    self._ranks[rank] = _RankLog(self.directory / f"rank-{rank}.log", self.limit)
-                self._ranks[rank].write(text)
-            except OSError as e:
-                self._give_up_disk(e)
+            self._write_to_disk_locked(rank, text)
+
+    def _write_to_disk_locked(self, rank: int, text: str) -> None:
+        """Append ``text`` to ``rank``'s file (made at its first text); a failing disk is given up once."""
+        if self._disk_failed:
+            return
+        try:
+            if rank not in self._ranks:
+                self._make_directory()
+                self._ranks[rank] = _RankLog(self.directory / f"rank-{rank}.log", self.limit)
+            self._ranks[rank].write(text)
+        except OSError as e:
+            self._give_up_disk(e)
 
     def write_traceback(self, rank: int, traceback: str) -> None:
         """Add a failed ``rank``'s traceback to its file (not to :meth:`text`: the cell and the
@@ -252,15 +256,7 @@ class JobLogs:
         output tail among them, see why the rank failed."""
         text = traceback if traceback.endswith("\n") else traceback + "\n"
         with self._lock:
-            if self._disk_failed:
-                return
-            try:
-                if rank not in self._ranks:
-                    self._make_directory()
-                    self._ranks[rank] = _RankLog(self.directory / f"rank-{rank}.log", self.limit)
-                self._ranks[rank].write(text)
-            except OSError as e:
-                self._give_up_disk(e)
+            self._write_to_disk_locked(rank, text)
 
     def mark_attempt(self, attempt: int) -> None:
         """A restart: later output is another attempt's (said in every rank's file)."""
