@@ -21,6 +21,8 @@ import threading
 import time
 from typing import Any
 
+from ..config import get_config
+from ..pools.worker_origin import warm_up
 from .connection import AgentManager, agent_key, agent_paths
 from .service import AgentService
 
@@ -37,6 +39,10 @@ def main() -> None:
     # once can meet one half-initialized ("cannot import name 'rejoin' from partially initialized
     # module"), and the agent's threads (a client's launch, a taken-back job, a schedule) all use it
     import distributed.deploy.spec  # noqa: F401
+
+    # the forkserver kept pools' local workers are forked from, torch imported, started now: the
+    # first kept pool a kernel asks for then starts as fast as a kernel's own second pool
+    warm_up(get_config().preload_torch)
 
     service = AgentService()
     AgentManager.register("service", callable=lambda: service)

@@ -224,6 +224,7 @@ class AgentService:
 
         stream = StreamWriter.resume(job.id)
         status, failure = "failed", None
+        result: Any = None
         try:
             result = follow_orphaned_job(
                 pool,
@@ -242,7 +243,7 @@ class AgentService:
             with contextlib.suppress(Exception):
                 pool.registry.finish_job(job.id, "failed", job.restarts, [], failure, {"taken_over": True})
         finally:
-            stream.end(status, failure)
+            _end_stream(stream, status, failure, result)
 
     def _touch(self) -> None:
         self._busy_at = time.monotonic()
@@ -252,6 +253,7 @@ class AgentService:
 
         stream = StreamWriter(request.job_id)
         status, failure = "failed", None
+        result: Any = None
         try:
             result = agent_for(pool).run(
                 request,
@@ -267,4 +269,11 @@ class AgentService:
             failure = f"the agent could not run the job: {type(e).__name__}: {e}"
             log.exception("detached job %s", request.job_id)
         finally:
-            stream.end(status, failure)
+            _end_stream(stream, status, failure, result)
+
+
+def _end_stream(stream: StreamWriter, status: str, failure: str | None, result: Any) -> None:
+    """The stream's end line, with the failing rank's traceback when the job has one."""
+    failed_rank = getattr(result, "failed_rank", None)
+    traceback = getattr(result, "traceback", None) if failed_rank is not None else None
+    stream.end(status, failure, failed_rank=failed_rank, traceback=traceback)

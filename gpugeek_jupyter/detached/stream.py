@@ -4,7 +4,8 @@ The agent appends one JSON line per event to ``<job logs>/<job id>/events.jsonl`
 ``{"seq", "at", "rank", "kind", ...}`` with ``kind`` ``out`` (``stream``, ``text``), ``progress``
 (a bar's state), ``metrics`` (``attempt`` and ``rows``: a batch of ``gg.log`` values,
 ``[step, time, name, value]`` each, a NaN as ``null``), ``notice`` (``text``: a restart, a wait in the queue) or ``end`` (the job's
-``status`` and ``failure``; always the last line). A follower reads from the first line, then waits
+``status``, ``failure`` and, when a rank raised, ``failed_rank`` and its ``traceback``; always the
+last line). A follower reads from the first line, then waits
 for more, and stops after the ``end`` line, as Ray's job log tail does: every follower gets the
 replay, then the live lines. The stream is bounded by ``job_log_bytes``: past it, output events are
 dropped and one ``notice`` says so (``progress``, ``notice`` and ``end`` lines are always written);
@@ -81,8 +82,21 @@ class StreamWriter:
     def notice(self, text: str) -> None:
         self._put({"rank": None, "kind": "notice", "text": text})
 
-    def end(self, status: str, failure: str | None) -> None:
-        self._put({"rank": None, "kind": "end", "status": status, "failure": failure})
+    def end(
+        self, status: str, failure: str | None, failed_rank: int | None = None, traceback: str | None = None
+    ) -> None:
+        """The last line: how the job ended and, when a rank raised, that rank's traceback (user frames,
+        as the cell shows it), so a replay ends as the live view did."""
+        self._put(
+            {
+                "rank": None,
+                "kind": "end",
+                "status": status,
+                "failure": failure,
+                "failed_rank": failed_rank,
+                "traceback": traceback,
+            }
+        )
         self.close()
 
     def close(self) -> None:

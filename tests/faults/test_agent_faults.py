@@ -156,3 +156,21 @@ def test_a_kept_pool_attached_by_address_is_attached_again_by_the_next_agent_whe
     assert (old.status.value, old.reason) == ("lost", "its owner process exited without stopping it")
     assert events[-1] == f"attached again by a new gpugeek agent (its agent died with pool {pool.id})", events
     assert get_registry().pool_by_id(record.id).status.value == "stopped"
+
+
+def test_the_agent_starts_its_forkserver_at_once_and_exits_by_itself_when_idle(
+    isolated_registry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugeek_jupyter.detached.connection import agent_paths
+
+    monkeypatch.setenv("GPUGEEK_AGENT_IDLE", "3")
+    with agent_stopped_afterwards():
+        agent = psutil.Process(_agent_pid())
+        deadline = time.monotonic() + 60  # the forkserver is up before any pool is asked for
+        while not any("forkserver" in " ".join(c.cmdline()) for c in agent.children()):
+            assert time.monotonic() < deadline, [c.cmdline() for c in agent.children()]
+            time.sleep(0.1)
+        # no kept pool, no detached job: after its idle period it ends, and its socket with it
+        gone, alive = psutil.wait_procs([agent], timeout=60)
+        assert gone and not alive, f"the idle agent {agent.pid} is still running"
+        assert not agent_paths().socket.exists()

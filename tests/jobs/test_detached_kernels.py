@@ -150,3 +150,33 @@ def test_interrupting_attach_detaches_and_the_job_goes_on_then_o_stores_its_valu
     assert status.displays[-1]["text/plain"] == "'running'", status.text
     assert again.error is None and again.stdout.rstrip().endswith(f"[gpugeek] {job_id} succeeded"), again.text
     assert values.displays[-1]["text/plain"] == "[0, 100]", values.text
+
+
+def test_attaching_to_a_failed_detached_job_shows_its_ranks_traceback_as_the_cell_would(
+    agent_env: dict[str, str], tmp_path: Path
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import argparse, os\np = argparse.ArgumentParser()\np.add_argument('--lr')\n"
+        "print('rank', os.environ['RANK'], 'lr', p.parse_args().lr, flush=True)\n"
+    )
+    with magics_kernel(agent_env) as kernel:
+        _launch_kept(kernel)
+        job_id = _submitted_id(
+            kernel.run("%%gpugeek_run --detach\nprint('before', flush=True)\nif rank == 1:\n    1 / 0\n", timeout=60)
+        )
+        attached = kernel.run(f"%gpugeek_attach {job_id}", timeout=120)
+        script_id = _submitted_id(kernel.run(f"%gpugeek_run --script-path {script} --detach -- --lr 0.1", timeout=60))
+        script_attached = kernel.run(f"%gpugeek_attach {script_id}", timeout=120)
+
+    assert script_attached.error is None, script_attached.text
+    for rank in (0, 1):
+        assert f"[rank {rank}] rank {rank} lr 0.1" in script_attached.stdout, script_attached.text
+    assert script_attached.stdout.rstrip().endswith(f"[gpugeek] {script_id} succeeded"), script_attached.text
+
+    assert attached.error is None, attached.text
+    assert "[rank 1] before" in attached.stdout, attached.text
+    traceback = [line for line in attached.stderr.splitlines() if line.startswith("[rank 1] ")]
+    assert traceback and traceback[-1] == "[rank 1] ZeroDivisionError: division by zero", attached.text
+    assert not any(line.startswith("[rank 0] ") for line in attached.stderr.splitlines()), attached.text
+    assert re.search(rf"\[gpugeek\] {job_id} failed: .*rank 1", attached.stdout), attached.text

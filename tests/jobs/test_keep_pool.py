@@ -74,3 +74,48 @@ def test_a_cell_runs_attached_or_detached_through_the_job_api(agent_settings: No
     assert attached.ok and attached.values == [7, 8] and job.results == [attached]
     assert handle.wait(timeout=120).result().values == [7, 17]
     job.pool.stop()
+
+
+def test_a_detached_job_through_its_handle_logs_followed_where_timeout_restarts_and_a_replayed_traceback(
+    agent_settings: None, tmp_path: Path
+) -> None:
+    from gpugeek_jupyter import ClusterClient
+
+    job = ClusterClient().create_job(gpu_type="cpu", count=2, name="handles", keep=True)
+    try:
+        # logs(follow=True): lines labelled by rank as they come, until the job ends
+        failing = job.submit_cell(
+            "import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.3)\n"
+            "if rank == 1:\n    raise ValueError('bad batch')\n",
+            {},
+        )
+        lines = list(failing.logs(follow=True))
+        assert {"[rank 0] tick 0", "[rank 1] tick 2"} <= set(lines), lines
+        assert failing.status() == "failed"
+        # the stream ends with the failing rank's traceback, so a later attach shows it as the cell did
+        end = [e for e in failing.events(follow_live=False) if e["kind"] == "end"]
+        assert len(end) == 1 and end[0]["status"] == "failed" and end[0]["failed_rank"] == 1, end
+        assert end[0]["traceback"].rstrip().endswith("ValueError: bad batch"), end[0]["traceback"]
+
+        # where(): a running detached job's ranks, asked from this process
+        sleeping = job.submit_cell("import time\ntime.sleep(30)", {}, timeout=6)
+        deadline = time.monotonic() + 60
+        while sleeping.status() != "running" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        report = sleeping.where()
+        assert report.job_id == sleeping.id and sorted(report.entries) == [0, 1], report
+        # timeout=: the detached job is ended as an attached one would be
+        timed_out = sleeping.result(timeout=90)
+        assert timed_out.status.value == "failed" and timed_out.timed_out, timed_out
+
+        # max_restarts=: rank 0 fails its first attempt only; the job restarts and succeeds
+        marker = tmp_path / "failed-once"
+        restarted = job.submit_cell(
+            "import pathlib\np = pathlib.Path(marker)\n"
+            "if rank == 0 and not p.exists():\n    p.touch()\n    raise RuntimeError('first attempt')\nrank",
+            {"marker": str(marker)},
+            max_restarts=1,
+        ).result(timeout=120)
+        assert restarted.ok and restarted.restarts == 1 and restarted.values == [0, 1], restarted
+    finally:
+        job.pool.stop()
