@@ -16,6 +16,7 @@ import {
   IPoolPage,
   IWhereReport
 } from './models';
+import { IScheduleModel, ScheduleAction } from './scheduleRows';
 
 /** Sends a request to a path relative to the server's base URL. */
 export type RequestFn = (path: string, init: RequestInit) => Promise<Response>;
@@ -110,6 +111,19 @@ export class GpugeekApi {
   async cancelJob(id: string): Promise<IJobModel> {
     const body = await this.call<{ job: IJobModel }>('DELETE', `jobs/${encodeURIComponent(id)}`);
     return body.job;
+  }
+
+  /**
+   * Pause, resume or delete a schedule (`POST .../pause`, `POST .../resume`,
+   * `DELETE`); the schedule as it is then.
+   */
+  async actOnSchedule(id: string, action: ScheduleAction): Promise<IScheduleModel> {
+    const path = `schedules/${encodeURIComponent(id)}`;
+    const body =
+      action === 'delete'
+        ? await this.call<{ schedule: IScheduleModel }>('DELETE', path)
+        : await this.call<{ schedule: IScheduleModel }>('POST', `${path}/${action}`);
+    return body.schedule;
   }
 
   /** The ranks' states and the last `lines` lines of their output, grouped (read from the job's logs). */

@@ -76,3 +76,16 @@ export function scheduleRow(model: IScheduleModel, nowSeconds: number): ISchedul
     last: lastText
   };
 }
+
+/** What a row's button does: pause or resume it (by its status), or delete it (confirmed first). */
+export type ScheduleAction = 'pause' | 'resume' | 'delete';
+
+/** The row's buttons, in order: Pause for an active schedule, Resume for a paused one, then Delete. */
+export function scheduleActions(model: IScheduleModel): ScheduleAction[] {
+  return [model.status === 'paused' ? 'resume' : 'pause', 'delete'];
+}
+
+/** A button's label. */
+export function actionLabel(action: ScheduleAction): string {
+  return action === 'pause' ? 'Pause' : action === 'resume' ? 'Resume' : 'Delete';
+}

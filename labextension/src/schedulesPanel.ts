@@ -2,14 +2,16 @@
  * The user's schedules (scheduled runs kept by the agent), in a sidebar of
  * their own: name, status, when, the next run and the last run's outcome,
  * job and cost, from `GET /gpugeek/schedules`; refreshed by a Lumino `Poll`
- * that backs off on failures and pauses while the sidebar is hidden.
+ * that backs off on failures and pauses while the sidebar is hidden. Each row
+ * has Pause (or Resume) and Delete; Delete asks first, with Cancel the default.
  */
 
+import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { IPoll, Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
-import { RequestFn } from './api';
-import { IScheduleModel, scheduleRow } from './scheduleRows';
+import { GpugeekApi, RequestFn } from './api';
+import { actionLabel, IScheduleModel, ScheduleAction, scheduleActions, scheduleRow } from './scheduleRows';
 
 export const SCHEDULES_PANEL_ID = 'gpugeek-schedules-panel';
 const REFRESH_MS = 5000;
@@ -18,9 +20,11 @@ export class SchedulesPanel extends Widget {
   private readonly _poll: Poll;
   private readonly _body: HTMLElement;
   private readonly _status: HTMLElement;
+  private readonly _api: GpugeekApi;
 
   constructor(private readonly request: RequestFn) {
     super();
+    this._api = new GpugeekApi(request);
     this.id = SCHEDULES_PANEL_ID;
     this.addClass('gpugeek-schedules');
     this.node.style.padding = '0 8px';
@@ -79,9 +83,43 @@ export class SchedulesPanel extends Widget {
           cell.textContent = key === 'next' ? `next run ${text}` : key === 'last' ? `last run ${text}` : text;
           item.append(cell);
         }
+        const buttons = document.createElement('div');
+        buttons.className = 'gpugeek-schedule-actions';
+        for (const action of scheduleActions(model)) {
+          const button = document.createElement('button');
+          button.className = `jp-mod-styled gpugeek-schedule-${action}`;
+          button.textContent = actionLabel(action);
+          button.onclick = () => void this.act(model, action);
+          buttons.append(button);
+        }
+        item.append(buttons);
         return item;
       })
     );
+  }
+
+  /** Pause, resume or delete a schedule (delete asks first); resolves to whether it was done. */
+  async act(model: IScheduleModel, action: ScheduleAction): Promise<boolean> {
+    if (action === 'delete') {
+      const result = await showDialog({
+        title: `Delete schedule ${model.name}?`,
+        body: 'No more runs start. A run going on now goes on; runs so far stay in the history.',
+        buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Delete schedule' })],
+        defaultButton: 0 // Enter keeps the schedule: the destructive choice takes a click
+      });
+      if (!result.button.accept) {
+        return false;
+      }
+    }
+    try {
+      await this._api.actOnSchedule(model.id, action);
+      return true;
+    } catch (error) {
+      await showErrorMessage(`Could not ${action} schedule ${model.name}`, error as Error);
+      return false;
+    } finally {
+      void this._poll.refresh();
+    }
   }
 
   protected onAfterShow(): void {

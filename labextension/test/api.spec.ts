@@ -85,6 +85,19 @@ describe('GpugeekApi', () => {
     expect(calls[0]).toMatchObject({ path: 'gpugeek/pools/a%20b', method: 'DELETE' });
   });
 
+  it('pauses and resumes a schedule with POST and deletes it with DELETE, escaping its id', async () => {
+    const schedule = { id: 'sched 1', name: 'daily', status: 'paused' };
+    const { api, calls } = fakeServer(json({ schedule }), json({ schedule }), json({ schedule }));
+    await expect(api.actOnSchedule('sched 1', 'pause')).resolves.toEqual(schedule);
+    await api.actOnSchedule('sched 1', 'resume');
+    await api.actOnSchedule('sched 1', 'delete');
+    expect(calls.map(c => [c.method, c.path])).toEqual([
+      ['POST', 'gpugeek/schedules/sched%201/pause'],
+      ['POST', 'gpugeek/schedules/sched%201/resume'],
+      ['DELETE', 'gpugeek/schedules/sched%201']
+    ]);
+  });
+
   it("passes on the extension's 404 message for an unknown pool", async () => {
     const { api } = fakeServer(json({ message: "no pool named 'nope'" }, 404));
     await expect(api.stopPool('nope')).rejects.toMatchObject({

@@ -1,4 +1,4 @@
-import { formatNextRun, IScheduleModel, scheduleRow } from '../src/scheduleRows';
+import { actionLabel, formatNextRun, IScheduleModel, scheduleActions, scheduleRow } from '../src/scheduleRows';
 
 const NOW = 1_800_000_000;
 
@@ -66,5 +66,13 @@ describe('a schedule row', () => {
     expect(row.status).toBe('paused: paused after 3 failed runs in a row (the last: exit code 1)');
     expect(row.next).toBe('–');
     expect(row.last).toBe('failed (job-0000beef, $0.0004)');
+  });
+});
+
+describe("a schedule row's buttons", () => {
+  it('pause an active schedule, resume a paused one, and always delete', () => {
+    expect(scheduleActions(makeSchedule())).toEqual(['pause', 'delete']);
+    expect(scheduleActions(makeSchedule({ status: 'paused', next_run_at: null }))).toEqual(['resume', 'delete']);
+    expect(['pause', 'resume', 'delete'].map(a => actionLabel(a as never))).toEqual(['Pause', 'Resume', 'Delete']);
   });
 });

@@ -62,5 +62,23 @@ def test_the_schedules_sidebar_lists_a_schedule_with_its_next_run_and_then_its_l
     expect(hourly.locator(".gpugeek-schedule-last")).to_have_text(job_text, timeout=120_000)
     expect(hourly.locator(".gpugeek-schedule-next")).to_have_text(re.compile(r"^next run in (1h 00m|\d+m \d\ds)$"))
     page.screenshot(path=str(artifacts / "schedules-sidebar.png"))
-    nightly.delete()
     quick.delete()
+
+    # the row's buttons: Pause, then Resume; Delete asks first, and Enter keeps the schedule
+    row.locator(".gpugeek-schedule-pause").click()
+    expect(row.locator(".gpugeek-schedule-status")).to_have_text("paused: paused by the user")
+    expect(row.locator(".gpugeek-schedule-next")).to_have_text("next run –")
+    assert nightly.record().status.value == "paused"
+    row.locator(".gpugeek-schedule-resume").click()
+    expect(row.locator(".gpugeek-schedule-status")).to_have_text("active")
+    assert nightly.record().status.value == "active"
+    row.locator(".gpugeek-schedule-delete").click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("Delete schedule nightly?")
+    page.keyboard.press("Enter")
+    expect(dialog).to_have_count(0)
+    assert nightly.record().status.value == "active"
+    row.locator(".gpugeek-schedule-delete").click()
+    page.locator(".jp-Dialog .jp-mod-warn").click()
+    expect(row).to_have_count(0)
+    assert nightly.record().status.value == "deleted"

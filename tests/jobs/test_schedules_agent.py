@@ -229,3 +229,55 @@ def test_a_pool_made_for_a_run_carries_its_budget_and_the_budget_stops_the_run(a
     assert "budget" in (job.failure_reason or ""), job
     assert pool.status.value == "stopped" and "budget" in (pool.reason or ""), pool
     assert pool.spec["budget"] == 0.00001
+
+
+SCRIPT_RUN = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+folder, resume_from = os.environ["GPUGEEK_CHECKPOINT_DIR"], os.environ["GPUGEEK_RESUME_FROM"]
+step = torch.load(resume_from)["step"] if resume_from else 0
+if dist.get_rank() == 0:
+    torch.save({"step": step + 1}, os.path.join(folder, f"step-{step + 1:09d}.pt"))
+print(f"rank {dist.get_rank()} from step {step} to {step + 1}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_script_schedule_runs_on_its_kept_pool_and_each_run_resumes_from_the_last_ones_file(
+    kept_pool: Any, tmp_path: Any
+) -> None:
+    import gpugeek_jupyter
+
+    script = tmp_path / "update.py"
+    script.write_text(SCRIPT_RUN)
+    update = gpugeek_jupyter.schedule(script_path=str(script), every="2s", pool="kept", name="update")
+    runs = _until("two succeeded runs", lambda: (found := _ended(update))[1:] and found[:2], about=update.runs)
+    update.pause()
+
+    assert runs[0].resumed_from is None and runs[1].resumed_from.endswith("/step-000000001.pt"), runs
+    for run, (start, end) in zip(runs, [(0, 1), (1, 2)], strict=True):
+        handle = gpugeek_jupyter.job(run.job_id)
+        assert handle.record().kind == "script" and handle.result().returncodes == [0, 0]
+        for rank in (0, 1):
+            assert f"rank {rank} from step {start} to {end}" in handle.logs(rank=rank)
+    update.delete()
+
+
+def test_a_run_whose_pool_would_pass_the_users_quota_fails_naming_the_limit_and_starts_nothing(
+    agent_settings: None, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import gpugeek_jupyter
+    from gpugeek_jupyter.store import get_registry
+
+    config_dir = tmp_path / "jupyter-config"  # the admin's setting, read by the agent that runs the schedule
+    config_dir.mkdir()
+    (config_dir / "jupyter_gpugeek_config.json").write_text(json.dumps({"GpugeekConfig": {"quota_max_workers": 1}}))
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(config_dir))
+    too_big = gpugeek_jupyter.schedule(cell="rank", every="1h", gpu_type="cpu", count=2, name="big", namespace={})
+    failed = _until("a failed run", lambda: _ended(too_big, "failed"), about=too_big.runs)[0]
+    too_big.delete()
+
+    assert failed.job_id is None and "past the quota of 1 (GpugeekConfig.quota_max_workers" in failed.reason, failed
+    assert [p for p in get_registry().list_pools() if p.name.startswith("big-")] == []  # nothing was launched
