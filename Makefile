@@ -55,6 +55,7 @@ check: setup
 	$(VENV)/bin/ruff format --check gpugeek_jupyter tests bench docs/griffe_docstrings.py
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
+	PYTHONPATH=bench $(PY) bench/readme_tables.py --check
 	cd labextension && ../$(VENV)/bin/jlpm typecheck && ../$(VENV)/bin/jlpm lint
 
 # The API reference from the docstrings, with the docs/ pages, into site/ (warnings are errors).
@@ -101,7 +102,7 @@ fuzz: setup
 # Every benchmark, its output kept in bench/results/; exits 1 when a ratio is past its tolerance in
 # bench/expected.toml. Then bench/readme_tables.py writes the kept tables into README.md.
 bench: setup
-	bench/run --check
+	status=0; bench/run --check || status=$$?; PYTHONPATH=bench $(PY) bench/readme_tables.py; exit $$status
 
 clean:
 	rm -rf $(VENV) labextension/node_modules labextension/lib gpugeek_jupyter/labextension dist site
