@@ -48,15 +48,18 @@ class LaunchField:
     choices: tuple[str, ...] = ()
     backends: tuple[str, ...] = ()
     spec_field: bool = True  # a PoolSpec field (keep is not: it says who owns the pool)
+    minimum: float | None = None  # the least value a number takes (REST schema and panel)
+    maximum: float | None = None
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
 
-# The launch fields, in the order %gpugeek_launch lists them: its options and the REST body's type
-# checks (server/launch_request.py) are made from these, and the vocabulary test holds
-# PoolSpec.create's keywords and openapi.json's LaunchRequest to them.
+# The launch fields, in the order %gpugeek_launch lists them: its options, the REST body's type
+# checks and openapi.json's LaunchRequest (server/launch_request.py), and the side panel's field
+# rules (which it reads from that schema) are made from these; the vocabulary test holds
+# PoolSpec.create's keywords to them.
 LAUNCH_FIELDS: tuple[LaunchField, ...] = (
     LaunchField(
         "gpu_type",
@@ -65,12 +68,22 @@ LAUNCH_FIELDS: tuple[LaunchField, ...] = (
         "A100-80GB",
         "GPU type from the catalog (cpu, T4, L4, L40S, A100-40GB, A100-80GB, H100-80GB, H200-141GB)",
     ),
-    LaunchField("count", "integer", False, 4, "number of GPUs (cpu: worker processes), one rank each"),
+    LaunchField(
+        "count",
+        "integer",
+        False,
+        4,
+        "number of GPUs (cpu: worker processes), one rank each",
+        minimum=1,
+        maximum=MAX_COUNT,
+    ),
     LaunchField("interconnect", "string", True, "NVLink", "NVLink, PCIe, InfiniBand... (default: the type's first)"),
     LaunchField("framework", "string", True, "PyTorch 2.13", 'framework image, e.g. "PyTorch 2.0" (kubernetes)'),
     LaunchField("backend", "string", False, "local", "local (default), kubernetes, address or slurm", choices=BACKENDS),
     LaunchField("name", "string", True, "dev", "pool name (lowercase, digits, '-'); generated when omitted"),
-    LaunchField("spot_fraction", "number", False, 0.7, "share of workers on spot prices, 0..1 (e.g. 0.7)"),
+    LaunchField(
+        "spot_fraction", "number", False, 0.7, "share of workers on spot prices, 0..1 (e.g. 0.7)", minimum=0, maximum=1
+    ),
     LaunchField(
         "base_pricing",
         "string",
@@ -79,15 +92,15 @@ LAUNCH_FIELDS: tuple[LaunchField, ...] = (
         "price of the non-spot workers: on-demand (default) or reserved",
         choices=("on_demand", "on-demand", "reserved"),
     ),
-    LaunchField("budget", "number", True, 200, "USD; the pool stops when it has spent this much"),
-    LaunchField("idle_timeout", "number", True, 20, "minutes idle before the pool stops itself"),
-    LaunchField("price", "number", True, 2.1, "USD per GPU-hour, overriding the catalog for this pool"),
+    LaunchField("budget", "number", True, 200, "USD; the pool stops when it has spent this much", minimum=0),
+    LaunchField("idle_timeout", "number", True, 20, "minutes idle before the pool stops itself (0: never)", minimum=0),
+    LaunchField("price", "number", True, 2.1, "USD per GPU-hour, overriding the catalog for this pool", minimum=0),
     LaunchField(
         "address",
         "string",
         True,
         "tcp://127.0.0.1:8786",
-        "scheduler address for --backend address (tcp://host:8786)",
+        "scheduler address, for the address backend (tcp://host:8786)",
         backends=("address",),
     ),
     LaunchField(
@@ -95,7 +108,7 @@ LAUNCH_FIELDS: tuple[LaunchField, ...] = (
         "string",
         True,
         "team-risk",
-        "Kubernetes namespace for --backend kubernetes",
+        "Kubernetes namespace, for the kubernetes backend",
         backends=("kubernetes",),
     ),
     LaunchField(
@@ -103,7 +116,7 @@ LAUNCH_FIELDS: tuple[LaunchField, ...] = (
         "string",
         True,
         "pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime",
-        "container image for --backend kubernetes (overrides --framework)",
+        "container image, for the kubernetes backend (overrides framework)",
         backends=("kubernetes",),
     ),
     LaunchField(
@@ -111,13 +124,13 @@ LAUNCH_FIELDS: tuple[LaunchField, ...] = (
         "string",
         True,
         "gpu",
-        "Slurm partition for --backend slurm (GpugeekConfig.slurm_partition)",
+        "Slurm partition, for the slurm backend (default: GpugeekConfig.slurm_partition)",
         backends=("slurm",),
     ),
     LaunchField(
-        "account", "string", True, "proj42", "Slurm account to charge for --backend slurm", backends=("slurm",)
+        "account", "string", True, "proj42", "Slurm account to charge, for the slurm backend", backends=("slurm",)
     ),
-    LaunchField("qos", "string", True, "normal", "Slurm QOS for --backend slurm", backends=("slurm",)),
+    LaunchField("qos", "string", True, "normal", "Slurm QOS, for the slurm backend", backends=("slurm",)),
     LaunchField(
         "walltime",
         "string",
@@ -139,7 +152,7 @@ LAUNCH_FIELDS: tuple[LaunchField, ...] = (
         "array",
         True,
         ["--exclusive"],
-        "an extra #SBATCH line, repeatable: --sbatch-directives exclusive --sbatch-directives mail-type=END",
+        "extra #SBATCH lines of the Slurm workers' job script (e.g. --exclusive, --mail-type=END)",
         magic="append",
         metavar="OPTION",
         backends=("slurm",),
@@ -149,7 +162,7 @@ LAUNCH_FIELDS: tuple[LaunchField, ...] = (
         "string",
         True,
         "module load cuda/12.4",
-        'a shell line run before each Slurm worker starts, repeatable: --prologue "module load cuda/12.4"',
+        "shell lines run before each Slurm worker starts (e.g. module load cuda/12.4)",
         magic="append",
         metavar="LINE",
         backends=("slurm",),
@@ -159,7 +172,7 @@ LAUNCH_FIELDS: tuple[LaunchField, ...] = (
         "boolean",
         True,
         True,
-        "the user's agent owns the pool: it outlives this kernel and takes detached jobs (--detach)",
+        "the user's agent owns the pool: it outlives the process that launched it and takes detached jobs",
         magic="switch",
         spec_field=False,
     ),

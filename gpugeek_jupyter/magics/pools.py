@@ -38,11 +38,13 @@ def launch_field_arguments(function: Any) -> Any:
             continue
         default = defaults[field.name].default if field.name in defaults else None
         options: dict[str, Any] = {"default": None if default in (None, "", 0.0) else str(default)}
+        help = field.help
         if field.magic == "append":
             options.update(action="append", default=None)
+            help += f"; repeatable, one {field.metavar or 'value'} each"
         if field.metavar:
             options["metavar"] = field.metavar
-        function = argument(field.flag, help=field.help, **options)(function)
+        function = argument(field.flag, help=help, **options)(function)
     return function
 
 

@@ -26,7 +26,7 @@ from ..errors import ConflictError, GpugeekError, Phrase, RegistryFolderOpenErro
 from ..store import JobStatus, Registry
 from . import schedule_request
 from .job_request import parse_job_body
-from .launch_request import parse_launch_body
+from .launch_request import launch_request_schema, parse_launch_body
 from .queries import (
     parse_changes_query,
     parse_jobs_query,
@@ -324,8 +324,11 @@ class OpenApiHandler(GpugeekHandler):
 
 
 def load_openapi_text() -> str:
-    """The OpenAPI description of these routes (``openapi.json`` next to this module)."""
-    return resources.files(__package__).joinpath("openapi.json").read_text(encoding="utf-8")
+    """The OpenAPI description of these routes: ``openapi.json`` next to this module, with its
+    ``LaunchRequest`` made from the launch fields' declaration (:func:`.launch_request_schema`)."""
+    document = json.loads(resources.files(__package__).joinpath("openapi.json").read_text(encoding="utf-8"))
+    document["components"]["schemas"]["LaunchRequest"] = launch_request_schema()
+    return json.dumps(document, indent=2)
 
 
 _NAME = r"(?P<name>[^/]+)"

@@ -16,6 +16,7 @@ is phrased for JSON (:attr:`Surface.SERVER`): field names and values as the requ
 
 from __future__ import annotations
 
+import inspect
 import json
 import unicodedata
 from typing import Any
@@ -37,6 +38,37 @@ _JSON_KINDS = {"string": _STRING, "number": _NUMBER, "integer": _NUMBER, "array"
 LAUNCH_FIELDS: dict[str, tuple[str, bool, Any]] = {
     f.name: (_JSON_KINDS[f.json_type], f.nullable, f.example) for f in SPEC_LAUNCH_FIELDS
 }
+
+
+def launch_request_schema() -> dict[str, Any]:
+    """``openapi.json``'s ``LaunchRequest``, made from the launch fields' declaration: each field's
+    JSON type (and null when allowed) or its choices, its bounds, ``PoolSpec.create``'s default, its
+    help as the description, an example, and ``x-backends``, the backends it is for (absent: all),
+    which the side panel reads to show a field only for its backends."""
+    defaults = inspect.signature(PoolSpec.create).parameters
+    properties: dict[str, Any] = {}
+    for field in SPEC_LAUNCH_FIELDS:
+        described: dict[str, Any] = {}
+        if field.choices:
+            described["enum"] = [*field.choices, *([None] if field.nullable else [])]
+        else:
+            described["type"] = [field.json_type, "null"] if field.nullable else field.json_type
+        if field.json_type == "array":
+            described["items"] = {"type": "string"}
+        if field.minimum is not None:
+            described["minimum"] = field.minimum
+        if field.maximum is not None:
+            described["maximum"] = field.maximum
+        default = defaults[field.name].default if field.name in defaults else None
+        if default not in (None, inspect.Parameter.empty):
+            described["default"] = default
+        described["description"] = field.help
+        described["examples"] = [field.example]
+        if field.backends:
+            described["x-backends"] = list(field.backends)
+        properties[field.name] = described
+    return {"type": "object", "additionalProperties": False, "properties": properties}
+
 
 _MULTILINE = {"prologue"}  # shell lines: newlines and tabs are its text, other control characters are not
 

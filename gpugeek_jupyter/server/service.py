@@ -44,6 +44,7 @@ from ..store import (
     Registry,
     WorkerInterval,
 )
+from .launch_request import launch_request_schema
 from .models import (
     PoolCost,
     TelemetryView,
@@ -436,7 +437,8 @@ class GpugeekService:
 
     # -- catalog ---------------------------------------------------------------------------------
     def catalog(self) -> dict[str, Any]:
-        """GPU types with prices, backends and the launch form's defaults; each GPU type says how many
+        """GPU types with prices, backends, the launch form's defaults and the launch fields (as
+        ``LaunchRequest`` describes them); each GPU type says how many
         of it this machine has for a local pool (``on_this_machine``, None for cpu: no limit) and
         ``gpus_here`` what NVML found, so the form marks what a local pool cannot get."""
         loaded = load_catalog(self.config.price_file or None)
@@ -467,6 +469,9 @@ class GpugeekService:
             "frameworks": list(catalog["frameworks"]),
             "prices_as_of": catalog["prices_as_of"],
             "gpus_here": found,
+            # the launch fields' declaration, as LaunchRequest describes them: the form's rules
+            # (which backends a field is for, its bounds, its help) come from here
+            "launch_fields": launch_request_schema()["properties"],
         }
 
     def _gpus_here(self) -> tuple[str, list[Any]]:

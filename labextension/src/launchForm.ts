@@ -20,6 +20,7 @@ import {
   LAUNCH_FIELDS,
   LaunchField,
   fieldApplies,
+  fieldHelp,
   parseLaunchForm,
   suggestPoolName,
   validateField
@@ -123,6 +124,7 @@ export class LaunchForm {
     this._setValues(defaults, true);
     this._fillInterconnects();
     this._showBackendFields();
+    this._showFieldHelp();
     this._updateEstimate();
   }
 
@@ -270,10 +272,21 @@ export class LaunchForm {
   private _showBackendFields(): void {
     const values = this.values();
     for (const [field, wrapper] of this._fields) {
-      const applies = fieldApplies(field, values);
+      const applies = fieldApplies(field, values, this._catalog);
       wrapper.hidden = !applies;
       if (!applies) {
         this.setFieldError(field, null);
+      }
+    }
+  }
+
+  /** Each field's help, as the server declares it, on hovering its label. */
+  private _showFieldHelp(): void {
+    for (const [field, wrapper] of this._fields) {
+      const label = wrapper.querySelector('label');
+      const help = fieldHelp(field, this._catalog);
+      if (label && help) {
+        label.title = help;
       }
     }
   }

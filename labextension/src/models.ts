@@ -191,6 +191,21 @@ export interface ICatalog {
   defaults: Partial<ILaunchRequest> & Record<string, unknown>;
   /** What NVML found on the server's machine, e.g. 'no NVIDIA GPU (NVML library not found ...)'. */
   gpus_here?: string;
+  /** The launch fields' declaration, as the REST schema's LaunchRequest describes each one. */
+  launch_fields?: Record<string, ILaunchFieldSchema>;
+}
+
+/** One launch field as the server declares it (a property of LaunchRequest's JSON schema). */
+export interface ILaunchFieldSchema {
+  type?: string | string[];
+  enum?: unknown[];
+  minimum?: number;
+  maximum?: number;
+  default?: unknown;
+  description?: string;
+  examples?: unknown[];
+  /** The backends the field is for; absent: every backend. */
+  'x-backends'?: string[];
 }
 
 /** Body of `POST /gpugeek/pools`. */

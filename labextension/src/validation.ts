@@ -36,7 +36,10 @@ export const LAUNCH_FIELDS: readonly LaunchField[] = [
   ...(['partition', 'account', 'qos', 'walltime', 'constraint', 'prologue'] as const)
 ];
 
-/** The fields a Slurm pool adds (shown, checked and sent only with `backend: 'slurm'`). */
+/**
+ * The fields a Slurm pool adds (shown, checked and sent only with `backend: 'slurm'`), until the
+ * server's declaration of the launch fields (`catalog.launch_fields`) says which backends each is for.
+ */
 export const SLURM_FIELDS: ReadonlySet<LaunchField> = new Set<LaunchField>([
   'partition',
   'account',
@@ -49,9 +52,31 @@ export const SLURM_FIELDS: ReadonlySet<LaunchField> = new Set<LaunchField>([
 /** Slurm's time limits: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (the server's rule). */
 export const WALLTIME_PATTERN = /^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2})$/;
 
-/** Whether `field` belongs on the form for the chosen backend. */
-export function fieldApplies(field: LaunchField, values: ILaunchFormValues): boolean {
+/**
+ * Whether `field` belongs on the form for the chosen backend: the backends the server declares it
+ * for (all when it names none), or the Slurm fields' rule before the catalog has come.
+ */
+export function fieldApplies(
+  field: LaunchField,
+  values: ILaunchFormValues,
+  catalog: ICatalog | null = null
+): boolean {
+  const declared = catalog?.launch_fields?.[field];
+  if (declared) {
+    const backends = declared['x-backends'];
+    return !backends || backends.includes(values.backend);
+  }
   return !SLURM_FIELDS.has(field) || values.backend === 'slurm';
+}
+
+/** The most workers a pool may have: the server's bound on `count`, or MAX_COUNT before it is known. */
+export function maxCount(catalog: ICatalog | null): number {
+  return catalog?.launch_fields?.count?.maximum ?? MAX_COUNT;
+}
+
+/** What the server says a field is for (its help), to show beside the field; '' when it says nothing. */
+export function fieldHelp(field: LaunchField, catalog: ICatalog | null): string {
+  return catalog?.launch_fields?.[field]?.description ?? '';
 }
 
 /** Raw form input, one string per field as the inputs hold it. */
@@ -122,11 +147,11 @@ function parseNumber(raw: string): number | null {
   return Number.isFinite(value) ? value : null;
 }
 
-export function validateCount(raw: string): string | null {
+export function validateCount(raw: string, max: number = MAX_COUNT): string | null {
   const text = raw.trim();
   const value = /^\d+$/.test(text) ? Number(text) : NaN;
-  if (!(value >= 1 && value <= MAX_COUNT)) {
-    return `count must be a whole number from 1 to ${MAX_COUNT}, got ${quoted(raw)} (e.g. 4)`;
+  if (!(value >= 1 && value <= max)) {
+    return `count must be a whole number from 1 to ${max}, got ${quoted(raw)} (e.g. 4)`;
   }
   return null;
 }
@@ -260,7 +285,7 @@ export function validateField(
   catalog: ICatalog | null
 ): string | null {
   const raw = values[field] ?? '';
-  if (!fieldApplies(field, values)) {
+  if (!fieldApplies(field, values, catalog)) {
     return null;
   }
   switch (field) {
@@ -269,7 +294,7 @@ export function validateField(
     case 'interconnect':
       return validateInterconnect(raw, values.gpu_type ?? '', catalog);
     case 'count':
-      return validateCount(raw);
+      return validateCount(raw, maxCount(catalog));
     case 'backend':
       return validateBackend(raw, catalog);
     case 'spot_fraction':

@@ -1,5 +1,7 @@
 import {
   defaultLaunchValues,
+  fieldApplies,
+  fieldHelp,
   gpusOnThisMachine,
   ILaunchFormValues,
   inFormWords,
@@ -280,5 +282,38 @@ describe('GPUs this machine has', () => {
     expect(validateField('gpu_type', values({ gpu_type: 'T4', count: '2' }), here)).toBeNull();
     expect(gpusOnThisMachine('A100', CATALOG)).toBeNull(); // a server that does not say
     expect(validateField('gpu_type', values({ gpu_type: 'A100' }), CATALOG)).toBeNull();
+  });
+});
+
+describe("the server's declaration of the launch fields", () => {
+  const declared = {
+    ...CATALOG,
+    launch_fields: {
+      count: { type: 'integer', minimum: 1, maximum: 8, description: 'number of GPUs, one rank each' },
+      partition: { type: ['string', 'null'], 'x-backends': ['slurm'], description: 'Slurm partition' },
+      walltime: { type: ['string', 'null'], 'x-backends': ['slurm', 'kubernetes'] },
+      budget: { type: ['number', 'null'] }
+    }
+  };
+
+  it("shows a field for the backends it names, every backend when it names none", () => {
+    expect(fieldApplies('partition', values({ backend: 'local' }), declared)).toBe(false);
+    expect(fieldApplies('partition', values({ backend: 'slurm' }), declared)).toBe(true);
+    expect(fieldApplies('walltime', values({ backend: 'kubernetes' }), declared)).toBe(true); // not the built-in rule
+    expect(fieldApplies('budget', values({ backend: 'address' }), declared)).toBe(true);
+  });
+
+  it('keeps the Slurm fields to Slurm before the catalog has come', () => {
+    expect(fieldApplies('walltime', values({ backend: 'kubernetes' }), null)).toBe(false);
+    expect(fieldApplies('walltime', values({ backend: 'slurm' }), null)).toBe(true);
+  });
+
+  it("holds count to the server's bound and gives each field the server's help", () => {
+    expect(validateField('count', values({ count: '9' }), declared)).toBe(
+      "count must be a whole number from 1 to 8, got '9' (e.g. 4)"
+    );
+    expect(validateField('count', values({ count: '8' }), declared)).toBeNull();
+    expect(fieldHelp('partition', declared)).toBe('Slurm partition');
+    expect(fieldHelp('name', declared)).toBe('');
   });
 });

@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from gpugeek_jupyter.pricing import prices_in_force
-from gpugeek_jupyter.spec import PoolSpec
+from gpugeek_jupyter.spec import LAUNCH_FIELDS, PoolSpec
 from gpugeek_jupyter.store import JobStatus, PoolStatus, Registry
 from support.kernel import KernelSession, magics_kernel
 from support.lab_server import LabServer, start_lab
@@ -135,6 +135,10 @@ def test_invalid_count_shows_an_inline_error_and_launches_nothing(page: Any, lab
     expect(error).to_have_text("GPUs must be a whole number from 1 to 1024, got '0' (e.g. 4)")  # the form's label
     expect(panel.locator('[name="count"]')).to_have_attribute("aria-invalid", "true")
     expect(panel.locator(".gpugeek-field-error")).to_have_count(1)  # only the bad field is blamed
+    # the field's help is the launch fields' declaration, as the server serves it in the catalog
+    count_help = next(f.help for f in LAUNCH_FIELDS if f.name == "count")
+    expect(panel.locator('.gpugeek-field[data-field="count"] label')).to_have_attribute("title", count_help)
+    expect(panel.locator('.gpugeek-field[data-field="walltime"]')).to_be_hidden()  # declared for slurm only
     page.screenshot(path=str(artifacts / "invalid-count.png"))
     panel.locator(".gpugeek-refresh-button").click()  # one more poll: the pool must still be absent
     expect(pool_row(panel, "never-launched")).to_have_count(0)

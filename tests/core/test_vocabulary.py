@@ -18,15 +18,17 @@ import argparse
 import difflib
 import inspect
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import import_module, resources
+from importlib import import_module
 from typing import Any
 
 import pytest
 
 import gpugeek_jupyter
 from gpugeek_jupyter.client import ClusterClient, Job
+from gpugeek_jupyter.config import BACKENDS
 from gpugeek_jupyter.cost.ledger import record_data_volume
 from gpugeek_jupyter.cost.tco import compare_owned, cost_report
 from gpugeek_jupyter.cost.team import team_report
@@ -100,8 +102,10 @@ def python_names(function: Callable[..., Any]) -> set[str]:
 
 
 def openapi() -> dict[str, Any]:
-    text = resources.files("gpugeek_jupyter.server").joinpath("openapi.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    """The REST description as the server serves it (its LaunchRequest made from the launch fields)."""
+    from gpugeek_jupyter.server.handlers import load_openapi_text
+
+    return json.loads(load_openapi_text())
 
 
 def rest_names(method: str, path: str) -> set[str]:
@@ -418,3 +422,19 @@ def test_a_bad_job_limit_is_refused_alike_by_the_magic_and_the_python_api() -> N
         ClusterClient().jobs(limit=0)
     assert str(magic.value) == "--limit must be a whole number >= 1, got '0' (e.g. --limit 20)"
     assert str(python.value) == "limit must be a whole number >= 1, got 0 (e.g. limit=20)"
+
+
+def test_the_rest_launch_schema_is_made_from_the_declaration_bounds_backends_and_examples_included() -> None:
+    schema = openapi()["components"]["schemas"]["LaunchRequest"]
+    assert schema["additionalProperties"] is False and list(schema["properties"]) == [
+        f.name for f in SPEC_LAUNCH_FIELDS
+    ]
+    count, partition, backend = (schema["properties"][name] for name in ("count", "partition", "backend"))
+    assert (count["type"], count["minimum"], count["maximum"], count["default"]) == ("integer", 1, 1024, 1)
+    assert partition["type"] == ["string", "null"] and partition["x-backends"] == ["slurm"]
+    assert "x-backends" not in backend and backend["enum"] == list(BACKENDS)
+    for field in SPEC_LAUNCH_FIELDS:  # every example is a value the REST checks accept
+        assert schema["properties"][field.name]["examples"] == [field.example]
+        assert schema["properties"][field.name]["description"] == field.help
+        magic_flag = r"(?<!sbatch )--(" + "|".join(f.name.replace("_", "-") for f in SPEC_LAUNCH_FIELDS) + r")\b"
+        assert not re.search(magic_flag, field.help), f"{field.name}'s help speaks of a magic flag: {field.help!r}"

@@ -11,7 +11,7 @@ import pytest
 
 from gpugeek_jupyter.dashboards import pool_dashboard_path
 from gpugeek_jupyter.pricing import prices_in_force
-from gpugeek_jupyter.server.handlers import route_table
+from gpugeek_jupyter.server.handlers import load_openapi_text, route_table
 from gpugeek_jupyter.server.models import job_usd, make_job_model, make_pool_model, pool_cost, pool_telemetry
 from gpugeek_jupyter.spec import PoolSpec
 from gpugeek_jupyter.store import JobStatus, PoolRecord, PoolStatus, Registry
@@ -154,7 +154,7 @@ def test_cpu_pool_shows_cpu_utilization_labelled_as_such(registry: Registry, clo
 
 
 def test_openapi_describes_every_route_and_the_models_keys() -> None:
-    spec = json.loads((REPO / "gpugeek_jupyter" / "server" / "openapi.json").read_text())
+    spec = json.loads(load_openapi_text())  # as served: the LaunchRequest made from the launch fields
     schemas = spec["components"]["schemas"]
     assert set(schemas["Pool"]["properties"]) == interface_keys("IPoolModel")
     assert set(schemas["Job"]["properties"]) == interface_keys("IJobModel")
