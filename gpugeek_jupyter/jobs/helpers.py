@@ -30,11 +30,27 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .checkpoint_dir import CheckpointBase, CheckpointPath
+from .metrics import log_values
+from .parallel import (
+    Pipeline,
+    _check_pipeline_arguments,
+    apply_tensor_parallel,
+    attention_plan,
+    build_mesh,
+    build_pipeline,
+    check_plan,
+    data_coordinates,
+    mlp_plan,
+    norm_plan,
+    plan_mesh,
+    warn_if_tp_crosses_hosts,
+)
+from .sharded_checkpoint import ShardedCheckpoint
 
+# torch, and shard_loader which imports it, are imported where they are used: the notebook side
+# imports this module too (schedules read SCHEDULED_CHECKPOINT_DIR) and must not pay torch's import
 if TYPE_CHECKING:
-    from .parallel import Pipeline
     from .shard_loader import ShardLoader
-    from .sharded_checkpoint import ShardedCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +109,6 @@ class Helpers:
 
         >>> gg.log(step=step, loss=loss.item(), step_s=time.perf_counter() - t0)   # doctest: +SKIP
         """
-        from .metrics import log_values
 
         log_values(step, values)
 
@@ -157,7 +172,6 @@ class Helpers:
         >>> mesh["tp"].get_local_rank()     # doctest: +SKIP
         1
         """
-        from .parallel import plan_mesh, warn_if_tp_crosses_hosts
 
         names, shape = plan_mesh(self.world_size, pp=pp, dp=dp, tp=tp)
         if not _distributed():
@@ -166,7 +180,6 @@ class Helpers:
         return self._mesh(names, shape)
 
     def _mesh(self, names: tuple[str, ...], shape: tuple[int, ...]) -> Any:
-        from .parallel import build_mesh
 
         return build_mesh(self.device.type, names, shape)
 
@@ -182,7 +195,6 @@ class Helpers:
         >>> plan = gg.attention_plan(prefix="blocks.*.attn") | gg.mlp_plan("fc1", "fc2", prefix="blocks.*.mlp")  # doctest: +SKIP
         >>> model = gg.tensor_parallel(model, plan, mesh=gg.mesh(dp=2, tp=2))  # doctest: +SKIP
         """
-        from .parallel import apply_tensor_parallel, check_plan
 
         model = model.to(self.device)
         if mesh is None:
@@ -201,7 +213,6 @@ class Helpers:
         sequence_parallel: bool = False,
     ) -> dict[str, Any]:
         """A ready tensor-parallel plan for an MLP (:func:`gpugeek_jupyter.jobs.parallel.mlp_plan`)."""
-        from .parallel import mlp_plan
 
         return mlp_plan(up, down, prefix=prefix, sequence_parallel=sequence_parallel)
 
@@ -216,14 +227,12 @@ class Helpers:
         sequence_parallel: bool = False,
     ) -> dict[str, Any]:
         """A ready tensor-parallel plan for attention (:func:`gpugeek_jupyter.jobs.parallel.attention_plan`)."""
-        from .parallel import attention_plan
 
         return attention_plan(q, k, v, out, prefix=prefix, sequence_parallel=sequence_parallel)
 
     @staticmethod
     def norm_plan(*names: str) -> dict[str, Any]:
         """``SequenceParallel`` for these norms (:func:`gpugeek_jupyter.jobs.parallel.norm_plan`)."""
-        from .parallel import norm_plan
 
         return norm_plan(*names)
 
@@ -250,7 +259,6 @@ class Helpers:
         >>> opt = torch.optim.SGD(pipe.parameters(), lr=0.1)   # this stage's parameters  # doctest: +SKIP
         >>> loss = pipe.step(x, target=y); opt.step(); opt.zero_grad()  # doctest: +SKIP
         """
-        from .parallel import Pipeline, _check_pipeline_arguments, build_pipeline
 
         examples = None if example is None else (example if isinstance(example, tuple) else (example,))
         if not _distributed():
@@ -312,8 +320,6 @@ class Helpers:
 
         replicas, index = self.world_size, self.rank
         if mesh is not None:
-            from .parallel import data_coordinates
-
             replicas, index = data_coordinates(mesh)
         return ShardLoader(
             dataset,
@@ -367,8 +373,6 @@ class Helpers:
             )
         ckpt: Checkpoint | ShardedCheckpoint
         if sharded:
-            from .sharded_checkpoint import ShardedCheckpoint
-
             ckpt = ShardedCheckpoint(
                 directory,
                 model=model,

@@ -17,6 +17,9 @@ from ..errors import Phrase, SpecError
 from ._common import chosen_pool, parse_options, pool_arguments, usage_errors
 from ._rank_displays import RankDisplays
 
+# %load_ext imports this module and must stay instant: the jobs package (dask, cloudpickle), the
+# widgets (ipywidgets, bokeh), pandas, the agent's client and the store are imported by the magic
+# that first needs them, inside it
 if TYPE_CHECKING:
     from ..jobs.pool_queue import QueueWait
 
