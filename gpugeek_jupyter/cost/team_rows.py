@@ -8,18 +8,14 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..config import get_config
-
 if TYPE_CHECKING:
     from ..spec import PoolSpec
     from ..store import PoolRecord, Registry
 
 
 def gpus_of(spec: PoolSpec) -> int:
-    from ..catalog import load_catalog
-
-    gpu = load_catalog(get_config().price_file or None).gpu(spec.gpu_type)
-    return 0 if gpu.is_cpu else int(spec.count)
+    """The GPUs a pool holds (a cpu pool none), from the catalog entry its spec carries."""
+    return 0 if spec.gpu.is_cpu else int(spec.count)
 
 
 def pool_key(registry: Registry, pool_id: int, host: str | None = None) -> str:

@@ -71,3 +71,25 @@ def test_submit_jobs_submits_the_worker_spec_and_raises_what_the_job_command_sai
     except BaseException:
         cluster.close(timeout=30)
         raise
+
+
+def test_the_private_methods_the_pools_cluster_overrides_are_still_there_with_the_signatures_it_keeps() -> None:
+    """pools/slurm/cluster.py overrides three private methods of SLURMCluster's bases (the workers'
+    TLS, what a worker's leaving does, the close): each must still exist on the installed, pinned
+    dask-jobqueue and distributed, taking what the override takes, else the override silently stops
+    being called."""
+    pytest.importorskip("dask_jobqueue")
+    from dask_jobqueue import SLURMCluster
+    from distributed.deploy.cluster import Cluster
+
+    from gpugeek_jupyter.pools.slurm.cluster import pool_cluster_class
+
+    expected = {"_get_worker_security": ["self", "security"], "_update_worker_status": ["self", "op", "msg"]}
+    for name, parameters in expected.items():
+        base = getattr(SLURMCluster, name, None)
+        assert callable(base), f"SLURMCluster.{name} is gone: see pools/slurm/cluster.py"
+        assert list(inspect.signature(base).parameters) == parameters, name
+        assert getattr(pool_cluster_class(), name) is not base, f"the pool's cluster no longer overrides {name}"
+    assert list(inspect.signature(Cluster._update_worker_status).parameters) == ["self", "op", "msg"]
+    assert inspect.iscoroutinefunction(SLURMCluster._close)
+    assert list(inspect.signature(SLURMCluster._close).parameters) == ["self"]

@@ -8,7 +8,8 @@ launch would wait for workers that never come, and a worker that ended cannot be
 under its own name. :func:`correct_state` (awaited on the loop) and :func:`submit_jobs` (from a
 thread) are the only places that make the private call; ``tests/slurm/test_jobqueue_adapter.py``
 checks that the installed dask-jobqueue (the range pinned in ``pyproject.toml``) still has it, with
-the signature used here.
+the signature used here, and that the three private methods :mod:`.cluster` overrides (the workers'
+TLS, a worker's leaving, the close) are still there with the signatures the overrides keep.
 """
 
 from __future__ import annotations
