@@ -614,10 +614,28 @@ def _drop_group(keep_generation: bool = False) -> None:
             dist.destroy_process_group()
         except Exception as e:
             log.warning("could not destroy the process group cleanly: %s", e)
+    elif dist.is_available():
+        _forget_unfinished_group()
     if "torch.distributed.tensor" in sys.modules:  # meshes over the old groups must not be found again
         from .parallel import forget_meshes
 
         forget_meshes()
+
+
+def _forget_unfinished_group() -> None:
+    """Put torch's group counter back to 0 when no group exists here.
+
+    torch names the default group (and the store prefix its ranks meet under) from a counter it moves
+    on before connecting, and puts back only in ``destroy_process_group``, which a group that never
+    came up cannot reach: after an ``init_process_group`` that failed (a peer's worker died while the
+    group was being built), this worker's next group would be named "1" while its fresh peers' is
+    "0", and every rank would wait for the others until the job's timeout.
+    """
+    import torch.distributed.distributed_c10d as c10d
+
+    world = getattr(c10d, "_world", None)
+    if world is not None and getattr(world, "group_count", 0):
+        world.group_count = 0
 
 
 def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, outcome: RankOutcome) -> bytes | None:
@@ -636,8 +654,12 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, 
     namespace = _runtime.namespace
     if namespace is None:
         namespace = _runtime.namespace = {"__name__": "__main__", "__builtins__": builtins}
+    # the group is built outside the span a cancel may raise into, so that no JobCancelled lands
+    # inside torch's init_process_group half way; a cancel while it is built takes effect as the
+    # user's code would start, a peer that is gone makes the init fail by itself (and
+    # _forget_unfinished_group undoes what it had done), and a rank stuck there ends with its worker
+    _ensure_group(job, device)
     with _user_code(active):
-        _ensure_group(job, device)
         for alias, module in code.imports:
             namespace[alias] = importlib.import_module(module)
         rank_names.forget(code.owner, code.forget)
