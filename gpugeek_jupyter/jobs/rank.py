@@ -633,8 +633,8 @@ def _forget_unfinished_group() -> None:
     """
     import torch.distributed.distributed_c10d as c10d
 
-    world = getattr(c10d, "_world", None)
-    if world is not None and getattr(world, "group_count", 0):
+    world: Any = getattr(c10d, "_world", None)
+    if world is not None and world.group_count:
         world.group_count = 0
 
 
