@@ -17,13 +17,16 @@ import pickle
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import get_config
 from ..jobs.request import JobRequest
 from ..spec import PoolSpec
 from .results import save_result
 from .stream import StreamWriter
+
+if TYPE_CHECKING:
+    from ..jobs.result import JobResult
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +227,7 @@ class AgentService:
 
         stream = StreamWriter.resume(job.id)
         status, failure = "failed", None
-        result: Any = None
+        result: JobResult | None = None
         try:
             result = follow_orphaned_job(
                 pool,
@@ -253,7 +256,7 @@ class AgentService:
 
         stream = StreamWriter(request.job_id)
         status, failure = "failed", None
-        result: Any = None
+        result: JobResult | None = None
         try:
             result = agent_for(pool).run(
                 request,
@@ -272,8 +275,9 @@ class AgentService:
             _end_stream(stream, status, failure, result)
 
 
-def _end_stream(stream: StreamWriter, status: str, failure: str | None, result: Any) -> None:
+def _end_stream(stream: StreamWriter, status: str, failure: str | None, result: JobResult | None) -> None:
     """The stream's end line, with the failing rank's traceback when the job has one."""
-    failed_rank = getattr(result, "failed_rank", None)
-    traceback = getattr(result, "traceback", None) if failed_rank is not None else None
-    stream.end(status, failure, failed_rank=failed_rank, traceback=traceback)
+    if result is None or result.failed_rank is None:
+        stream.end(status, failure)
+    else:
+        stream.end(status, failure, failed_rank=result.failed_rank, traceback=result.traceback)

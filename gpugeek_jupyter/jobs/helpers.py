@@ -109,7 +109,6 @@ class Helpers:
 
         >>> gg.log(step=step, loss=loss.item(), step_s=time.perf_counter() - t0)   # doctest: +SKIP
         """
-
         log_values(step, values)
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
@@ -172,7 +171,6 @@ class Helpers:
         >>> mesh["tp"].get_local_rank()     # doctest: +SKIP
         1
         """
-
         names, shape = plan_mesh(self.world_size, pp=pp, dp=dp, tp=tp)
         if not _distributed():
             return None  # one process: nothing to split over
@@ -180,7 +178,6 @@ class Helpers:
         return self._mesh(names, shape)
 
     def _mesh(self, names: tuple[str, ...], shape: tuple[int, ...]) -> Any:
-
         return build_mesh(self.device.type, names, shape)
 
     def tensor_parallel(self, model: Any, plan: Mapping[str, Any], mesh: Any = None) -> Any:
@@ -195,7 +192,6 @@ class Helpers:
         >>> plan = gg.attention_plan(prefix="blocks.*.attn") | gg.mlp_plan("fc1", "fc2", prefix="blocks.*.mlp")  # doctest: +SKIP
         >>> model = gg.tensor_parallel(model, plan, mesh=gg.mesh(dp=2, tp=2))  # doctest: +SKIP
         """
-
         model = model.to(self.device)
         if mesh is None:
             if not _distributed():
@@ -213,7 +209,6 @@ class Helpers:
         sequence_parallel: bool = False,
     ) -> dict[str, Any]:
         """A ready tensor-parallel plan for an MLP (:func:`gpugeek_jupyter.jobs.parallel.mlp_plan`)."""
-
         return mlp_plan(up, down, prefix=prefix, sequence_parallel=sequence_parallel)
 
     @staticmethod
@@ -227,13 +222,11 @@ class Helpers:
         sequence_parallel: bool = False,
     ) -> dict[str, Any]:
         """A ready tensor-parallel plan for attention (:func:`gpugeek_jupyter.jobs.parallel.attention_plan`)."""
-
         return attention_plan(q, k, v, out, prefix=prefix, sequence_parallel=sequence_parallel)
 
     @staticmethod
     def norm_plan(*names: str) -> dict[str, Any]:
         """``SequenceParallel`` for these norms (:func:`gpugeek_jupyter.jobs.parallel.norm_plan`)."""
-
         return norm_plan(*names)
 
     def pipeline(
@@ -259,7 +252,6 @@ class Helpers:
         >>> opt = torch.optim.SGD(pipe.parameters(), lr=0.1)   # this stage's parameters  # doctest: +SKIP
         >>> loss = pipe.step(x, target=y); opt.step(); opt.zero_grad()  # doctest: +SKIP
         """
-
         examples = None if example is None else (example if isinstance(example, tuple) else (example,))
         if not _distributed():
             _check_pipeline_arguments(model, split_points, microbatches, schedule, examples)

@@ -12,6 +12,11 @@ if TYPE_CHECKING:
     import pandas
 
 
+def labelled_traceback(rank: int, traceback: str) -> list[str]:
+    """A rank's traceback as the notebook shows it: each line labelled ``[rank N]``."""
+    return [f"[rank {rank}] {line}" for line in traceback.rstrip("\n").splitlines()]
+
+
 @dataclass
 class RankReport:
     """How one rank ended."""
@@ -98,7 +103,7 @@ class JobResult:
         """The failing rank's traceback, each line labelled with its rank, then the one-line reason."""
         lines: list[str] = []
         if self.traceback and self.failed_rank is not None:
-            lines.extend(f"[rank {self.failed_rank}] {line}" for line in self.traceback.rstrip("\n").splitlines())
+            lines.extend(labelled_traceback(self.failed_rank, self.traceback))
         if self.where and not self.ok:
             lines.append("where the ranks were: " + self.where)
         lines.append(f"{self.error_class().__name__}: {self.failure}")

@@ -382,10 +382,9 @@ class JobMagics(Magics):
         status = ended["status"] if ended else final.status.value
         failure = ended["failure"] if ended else final.failure_reason
         if ended and ended.get("traceback") and ended.get("failed_rank") is not None:
-            # the failing rank's traceback, labelled as the live cell shows it (JobResult.report)
-            rank = ended["failed_rank"]
-            lines = str(ended["traceback"]).rstrip("\n").splitlines()
-            print("\n".join(f"[rank {rank}] {line}" for line in lines), file=sys.stderr)
+            from ..jobs.result import labelled_traceback  # as the live cell shows it (JobResult.report)
+
+            print("\n".join(labelled_traceback(ended["failed_rank"], ended["traceback"])), file=sys.stderr)
         print(f"[gpugeek] {handle.id} {status}" + (f": {failure}" if failure else ""))
         if args.out is not None:
             from ..detached.results import values_of

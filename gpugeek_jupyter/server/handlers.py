@@ -10,6 +10,7 @@ one place that maps them to HTTP codes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -323,6 +324,7 @@ class OpenApiHandler(GpugeekHandler):
         await self.finish(load_openapi_text())
 
 
+@functools.cache  # the file and the declaration are fixed while the server runs
 def load_openapi_text() -> str:
     """The OpenAPI description of these routes: ``openapi.json`` next to this module, with its
     ``LaunchRequest`` made from the launch fields' declaration (:func:`.launch_request_schema`)."""
