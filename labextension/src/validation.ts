@@ -344,15 +344,14 @@ export function parseLaunchForm(
   if (values.interconnect !== '') {
     request.interconnect = values.interconnect;
   }
-  if (request.backend === 'slurm') {
-    for (const field of ['partition', 'account', 'qos', 'walltime', 'constraint'] as const) {
-      if (values[field].trim() !== '') {
-        request[field] = values[field].trim();
-      }
+  // the backend's own fields, as fieldApplies says (the server's declaration once the catalog came)
+  for (const field of ['partition', 'account', 'qos', 'walltime', 'constraint'] as const) {
+    if (fieldApplies(field, values, catalog) && values[field].trim() !== '') {
+      request[field] = values[field].trim();
     }
-    if (values.prologue.trim() !== '') {
-      request.prologue = values.prologue;
-    }
+  }
+  if (fieldApplies('prologue', values, catalog) && values.prologue.trim() !== '') {
+    request.prologue = values.prologue; // shell lines: their spacing is theirs
   }
   return { request, errors };
 }

@@ -303,6 +303,17 @@ describe("the server's declaration of the launch fields", () => {
     expect(fieldApplies('budget', values({ backend: 'address' }), declared)).toBe(true);
   });
 
+  it('sends a field only for the backends it is declared for', () => {
+    const typed = { partition: 'gpu', walltime: '01:00:00' };
+    const kube = parseLaunchForm(values({ ...typed, backend: 'kubernetes', gpu_type: 'T4', count: '1' }), declared);
+    expect(kube.errors).toEqual({});
+    expect(kube.request).toMatchObject({ walltime: '01:00:00' });
+    expect(kube.request).not.toHaveProperty('partition');
+    const local = parseLaunchForm(values({ ...typed, backend: 'local', gpu_type: 'T4', count: '1' }), null);
+    expect(local.request).not.toHaveProperty('walltime');
+    expect(local.request).not.toHaveProperty('partition');
+  });
+
   it('keeps the Slurm fields to Slurm before the catalog has come', () => {
     expect(fieldApplies('walltime', values({ backend: 'kubernetes' }), null)).toBe(false);
     expect(fieldApplies('walltime', values({ backend: 'slurm' }), null)).toBe(true);
