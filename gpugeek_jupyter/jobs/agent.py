@@ -43,7 +43,7 @@ from .slow_ranks import SlowRanks
 from .state import AttemptResult, AttemptState
 from .tracking import MlflowRun, both, start_run
 from .transport import PoolTransport
-from .watch import AttemptWatch, OutputCallback, ProgressCallback
+from .watch import AttemptPlan, AttemptSinks, AttemptWatch, OutputCallback, ProgressCallback
 
 if TYPE_CHECKING:
     from ..pools import Pool
@@ -295,22 +295,10 @@ class JobAgent:
         blob = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)  # plain data; names are cloudpickled inside
         chosen = set(request.ranks) if request.ranks is not None else None
         launched = [s.address for s in group.layout.slots if chosen is None or s.rank in chosen]
-        watch = AttemptWatch(
-            self.transport,
-            self.roster,
-            group,
-            job_id,
-            job.launch,
-            events,
-            deadline,
-            request.timeout,
-            on_output,
-            logs,
-            on_progress,
-            launched,
-        )
         hosts = {slot.rank: slot.host for slot in group.layout.slots if slot.address in set(launched)}
-        watch.slow_ranks = SlowRanks(job_id, hosts, on_notice or log.info)
+        plan = AttemptPlan(job_id, job.launch, group, launched, deadline, request.timeout)
+        sinks = AttemptSinks(logs, on_output, on_progress, SlowRanks(job_id, hosts, on_notice or log.info))
+        watch = AttemptWatch(self.transport, self.roster, plan, events, sinks)
         try:
             self.transport.launch(events, launched, rank_side.run_rank, blob)
             record.started(len(launched))

@@ -68,18 +68,19 @@ _COLLECTIVE_FILES = (
 
 
 def describe_stack(frame: types.FrameType | None, user_filename: str) -> dict[str, Any]:
-    """Where a thread is: ``{"collective": "dist.barrier()" | None, "at": "line 3: time.sleep(60)"}``."""
+    """Where a thread is: ``{"collective": "dist.barrier()" | None, "at": "line 3: time.sleep(60)"}``,
+    and for a torch.distributed call whose group is known, ``"peers"``: the global ranks it needs."""
     frames = []
     while frame is not None:  # innermost first
         frames.append(frame)
         frame = frame.f_back
-    collective = None
+    collective, peers = None, None
     for f in frames:  # the outermost public torch.distributed function wins
         name, filename = f.f_code.co_name, f.f_code.co_filename
         if filename.endswith(_COLLECTIVE_FILES) and not name.startswith("_") and name != "wrapper":
-            collective = f"dist.{name}()"
+            collective, peers = f"dist.{name}()", _peers(name, f.f_locals)
         elif filename.endswith(_BACKWARD_FILE) and name == "_engine_run_backward" and collective is None:
-            collective = "backward() (gradient all-reduce)"
+            collective = "backward() (gradient all-reduce)"  # which group (if any) is not known here
     at = None
     for f in frames:
         filename = f.f_code.co_filename
@@ -88,7 +89,28 @@ def describe_stack(frame: types.FrameType | None, user_filename: str) -> dict[st
             where = "line" if filename == user_filename else f"{filename}, line"
             at = f"{where} {f.f_lineno}" + (f": {line}" if line else "")
             break
-    return {"collective": collective, "at": at}
+    described: dict[str, Any] = {"collective": collective, "at": at}
+    if peers is not None:
+        described["peers"] = peers
+    return described
+
+
+def _peers(function: str, arguments: dict[str, Any]) -> list[int] | None:
+    """The global ranks a torch.distributed call waits for: its group's (the world's when none is
+    given), the one peer of a point-to-point receive or send; None when that cannot be told."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    try:
+        if function in ("send", "recv"):
+            peer = arguments.get("dst" if function == "send" else "src")
+            return [int(peer)] if isinstance(peer, int) and arguments.get("group") is None else None
+        group = arguments.get("group")
+        if group is None or group is dist.GroupMember.WORLD:
+            return list(range(dist.get_world_size()))
+        return [int(r) for r in dist.get_process_group_ranks(group)]
+    except Exception:  # a group torch no longer knows, or no group at all: say nothing
+        return None
 
 
 _BACKWARD_FILE = os.path.join("torch", "autograd", "graph.py")

@@ -26,7 +26,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
@@ -209,6 +209,7 @@ class JobLogs:
         self._lock = threading.RLock()
         self._states: dict[int, str] = {}
         self._states_written: dict[int, str] | None = None  # what ranks.json says (None: not written)
+        self._states_due_at: float | None = None  # when a running attempt's states first reach the disk
         self._disk_failed = not on_disk
         self.attempt = 0  # the attempt that writes now (restarts count up, see mark_attempt)
         self._metrics: MetricsFile | None = None
@@ -323,6 +324,27 @@ class JobLogs:
             self._states.update(states)
             if write:
                 self.write_states()
+
+    def ranks_running(self, ranks: Iterable[int]) -> None:
+        """An attempt's ranks started: their states reach the disk once it has lasted ``FLUSH_S``
+        (:meth:`write_states_when_due`), and with every change after that (:meth:`update_states`)."""
+        self.set_states({rank: "running" for rank in ranks}, write=False)
+        self._states_due_at = time.monotonic() + FLUSH_S
+
+    @property
+    def states_due_at(self) -> float | None:
+        """When :meth:`write_states_when_due` next has something to do (None: nothing due)."""
+        return self._states_due_at
+
+    def write_states_when_due(self, now: float) -> None:
+        """An attempt that lasts: readers see its ranks running from now on."""
+        if self._states_due_at is not None and now >= self._states_due_at:
+            self._states_due_at = None
+            self.write_states()
+
+    def update_states(self, states: dict[int, str]) -> None:
+        """Record ranks' new states, written at once when the states file is already kept."""
+        self.set_states(states, write=self._states_written is not None)
 
     def write_states(self) -> None:
         """Write the ranks' states recorded so far (nothing when the file already says them)."""

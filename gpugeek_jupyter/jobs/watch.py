@@ -11,6 +11,7 @@ import logging
 import queue
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from . import rank as rank_side
@@ -28,7 +29,7 @@ from .events import (
     WorkerRemoved,
 )
 from .layout import Layout
-from .logs import FLUSH_S, JobLogs, rank_state
+from .logs import JobLogs, rank_state
 from .output import format_ranks
 from .payload import RankOutcome
 from .process_group import ProcessGroup
@@ -36,6 +37,7 @@ from .result import RankReport
 from .roster import WorkerRoster
 from .slow_ranks import SlowRanks
 from .state import AttemptResult, AttemptState, StopCause
+from .stranded import StrandedCollectives
 from .transport import PoolTransport, WorkerGone
 
 log = logging.getLogger(__name__)
@@ -46,60 +48,61 @@ ProgressCallback = Callable[[int, dict[str, Any]], None]
 
 TICK_S = 1.0  # the watch looks at its deadlines at least this often
 OUTPUT_DRAIN_S = 2.0  # late output events are awaited this long after the last rank answered
-PEER_CHECK_S = 1.0  # a cell on some ranks: how often to look for ranks waiting in a collective
-PEER_WAIT_S = 5.0  # a collective waited in this long, with ranks not taking part, cannot complete
 INTERRUPTED_FROM_THE_NOTEBOOK = "interrupted from the notebook"  # the stop message of an interrupt
 
 
+@dataclass(frozen=True)
+class AttemptPlan:
+    """What one attempt launched: the job, the launch's token, the group, and the time limit."""
+
+    job_id: str
+    launch: str  # the token the ranks' events carry: words from an earlier launch are told apart
+    group: ProcessGroup
+    launched: list[str]  # the addresses of the ranks that run it: every rank, or those of --ranks
+    deadline: float | None = None  # the job's timeout, as a moment on the monotonic clock
+    timeout: float | None = None  # the same, in seconds (for its message)
+
+
+@dataclass(frozen=True)
+class AttemptSinks:
+    """Where what the ranks send goes."""
+
+    logs: JobLogs
+    on_output: OutputCallback
+    on_progress: ProgressCallback | None = None
+    slow_ranks: SlowRanks | None = None  # told the ranks' gg.log values, names a lagging rank
+
+
 class AttemptWatch:
-    """Follows one attempt: output, failures, deaths, timeout and interrupt, until every rank answered."""
+    """Follows one attempt: output, failures, deaths, timeout and interrupt, until every rank answered.
+
+    Its clocks: the job's timeout; :class:`~.stranded.StrandedCollectives`' look at ranks waiting
+    for one that will never come; the stop's escalation (:class:`~.escalation.StopEscalation`);
+    when the ranks' states reach the disk (:meth:`.logs.JobLogs.write_states_when_due`).
+    """
 
     def __init__(
-        self,
-        transport: PoolTransport,
-        roster: WorkerRoster,
-        group: ProcessGroup,
-        job_id: str,
-        launch: str,
-        events: Events,
-        deadline: float | None,
-        timeout: float | None,
-        on_output: OutputCallback,
-        logs: JobLogs,
-        on_progress: ProgressCallback | None = None,
-        addresses: list[str] | None = None,
+        self, transport: PoolTransport, roster: WorkerRoster, plan: AttemptPlan, events: Events, sinks: AttemptSinks
     ) -> None:
-        self.transport = transport
-        self.roster = roster
-        self.group = group
-        self.job_id = job_id
-        self.launch = launch
-        self.layout = layout = group.layout
-        self.events = events
-        self.timeout_at = Deadline(deadline)  # the job's timeout, as a moment
-        self.timeout = timeout
-        self.on_output = on_output
-        self.on_progress = on_progress
-        self.logs = logs
+        self.transport, self.roster, self.events = transport, roster, events
+        self.plan, self.sinks = plan, sinks
+        self.job_id, self.launch, self.group = plan.job_id, plan.launch, plan.group
+        self.layout = layout = plan.group.layout
+        self.logs = sinks.logs
+        self.timeout_at = Deadline(plan.deadline)
         self.answers: dict[str, RankOutcome | BaseException] = {}
-        self.launched = list(addresses) if addresses is not None else list(layout.addresses)  # --ranks: some
+        self.launched = list(plan.launched)
         self.slots = [slot for slot in layout.slots if slot.address in set(self.launched)]
         self.pending = set(self.launched)
-        # a cell on some ranks only: a collective there waits for ranks that do not run it
-        self.partial = len(self.launched) < layout.world_size
-        self.peer_check = Deadline(time.monotonic() + PEER_CHECK_S if self.partial else None)
-        self.in_collective_since: dict[str, float] = {}
+        self.stranded = StrandedCollectives(plan.job_id, layout, self.launched)
         self.where: str | None = None  # where the ranks were when the job was timed out or stuck
-        # the ranks' states reach the disk at the end, and before only when the attempt lasts (see .logs)
-        logs.set_states({slot.rank: "running" for slot in self.slots}, write=False)
-        self.states_due = Deadline(time.monotonic() + FLUSH_S)
+        self.logs.ranks_running(slot.rank for slot in self.slots)
         self.ended: list[int] = []  # ranks that reported a failure, in order
         self.received: dict[int, int] = {}  # output events seen per rank
         self.stopping: StopCause | None = None
         self.stop_message: str | None = None
         self.escalation = StopEscalation()
         self.gone: set[str] = set()  # ranks whose worker process died or was ended
-        self.slow_ranks: SlowRanks | None = None  # told the ranks' gg.log values, names a lagging rank
         self.started_at = time.time()  # the nannies' reports of how a process ended count from here
         transport.report_exits()  # so that they report (asked once per pool)
 
@@ -130,14 +133,11 @@ class AttemptWatch:
         if event is not None:
             self._handle(event)
         now = time.monotonic()
-        if self.states_due.due(now):  # a job that lasts: readers see its ranks running from now on
-            self.states_due.at = None
-            self.logs.write_states()
+        self.logs.write_states_when_due(now)
         if self.stopping is None and self.timeout_at.due(now):
             self._time_out()
-        if self.stopping is None and self.peer_check.due(now):
-            self._check_collectives_without_peers()
-            self.peer_check.arm(time.monotonic() + PEER_CHECK_S)
+        if self.stopping is None and self.stranded.check.due(now):
+            self._look_for_stranded_ranks()
         if self.escalation.round_due(now, self.pending):
             ended = self._end_stuck()
             self.escalation.round_done(ended, time.monotonic())
@@ -147,10 +147,10 @@ class AttemptWatch:
     def _wake_at(self, now: float) -> float:
         """The nearest of the watch's deadlines (at most ``TICK_S`` away)."""
         wake = [now + TICK_S, *self.escalation.wake_times(self.pending)]
-        if self.states_due.at is not None:
-            wake.append(self.states_due.at)
+        if self.logs.states_due_at is not None:
+            wake.append(self.logs.states_due_at)
         if self.stopping is None:
-            wake += [d.at for d in (self.timeout_at, self.peer_check) if d.at is not None]
+            wake += [d.at for d in (self.timeout_at, self.stranded.check) if d.at is not None]
         return min(wake)
 
     def _next_event(self, timeout: float) -> JobEvent | None:
@@ -213,10 +213,10 @@ class AttemptWatch:
     def _progress(self, event: RankProgress) -> None:
         if event.launch == self.launch:
             self.received[event.rank] = self.received.get(event.rank, 0) + 1
-        if self.on_progress is None:
+        if self.sinks.on_progress is None:
             return
         try:
-            self.on_progress(event.rank, dict(event.progress))
+            self.sinks.on_progress(event.rank, dict(event.progress))
         except Exception as e:  # the display failing must not lose the job
             log.warning("could not show the progress of rank %s: %s", event.rank, e)
 
@@ -224,13 +224,13 @@ class AttemptWatch:
         if event.launch == self.launch:
             self.received[event.rank] = self.received.get(event.rank, 0) + 1
             self.logs.write_metrics(event.rank, event.rows)
-            if self.slow_ranks is not None:
-                self.slow_ranks.add(event.rank, event.rows)
+            if self.sinks.slow_ranks is not None:
+                self.sinks.slow_ranks.add(event.rank, event.rows)
 
     def _show(self, rank: int, stream: str, text: str) -> None:
         self._keep(rank, text)
         try:
-            self.on_output(rank, stream, text)
+            self.sinks.on_output(rank, stream, text)
         except Exception as e:  # the display failing must not lose the job
             log.warning("could not show output of rank %d: %s", rank, e)
 
@@ -251,9 +251,9 @@ class AttemptWatch:
         if isinstance(answer, RankOutcome):
             self.gone.discard(address)  # it answered: its process is alive
             done = {"ok": "done", "cancelled": "stopped", "busy": "failed", "stale": "stopped"}
-            self.logs.set_states(
-                {answer.rank: done.get(answer.status, answer.status)}, write=self.states_due.at is None
-            )
+            self.logs.update_states({answer.rank: done.get(answer.status, answer.status)})
+            if self.pending:  # the others may wait for it in a call it will never make
+                self.stranded.rank_finished(answer.rank, time.monotonic())
             for stream, text in answer.output:  # --no-stream: shown now, in one piece
                 self._show(answer.rank, stream, text)
             if answer.status != "ok":
@@ -307,34 +307,13 @@ class AttemptWatch:
         except Exception as e:  # the report is an aid: the job's ending must not depend on it
             log.info("job %s: could not say where the ranks were: %s", self.job_id, e)
 
-    def _check_collectives_without_peers(self) -> None:
-        """A cell run on some ranks (``--ranks``) that waits in a collective for longer than
-        ``PEER_WAIT_S`` is waiting for ranks that do not run it: end it, naming them."""
+    def _look_for_stranded_ranks(self) -> None:
+        """End the job when a rank waits in a call for a rank that will never enter it (see :mod:`.stranded`)."""
         waiting = sorted(self.pending - self.gone)
-        where = self.transport.ask(rank_side.where_rank, waiting, self.launch, timeout=2.0)
-        now = time.monotonic()
-        for address in waiting:
-            info = where.get(address)
-            if isinstance(info, dict) and info.get("collective"):
-                self.in_collective_since.setdefault(address, now)
-            else:
-                self.in_collective_since.pop(address, None)
-        stuck = {a: where[a] for a, since in self.in_collective_since.items() if now - since >= PEER_WAIT_S}
-        if not stuck:
-            return
-        launched = {slot.rank for slot in self.slots}
-        absent = [r for r in range(self.layout.world_size) if r not in launched]
-        waits = "; ".join(
-            f"{format_ranks([self.layout.slot_of(a).rank])} in {info['collective']}"
-            + (f" at {info['at']}" if info.get("at") else "")
-            for a, info in sorted(stuck.items(), key=lambda item: self.layout.slot_of(item[0]).rank)
-        )
-        self._stop(
-            StopCause.CANNOT_COMPLETE,
-            f"job {self.job_id} cannot complete: {waits} waits for {format_ranks(absent)}, which did not take part "
-            f"(the cell ran on {format_ranks(sorted(launched))} only); collectives need every rank of their "
-            "group: run this cell on every rank, or keep collectives out of cells run with --ranks",
-        )
+        where = self.transport.ask(rank_side.where_rank, waiting, self.launch, timeout=2.0) if waiting else {}
+        message = self.stranded.judge(where, time.monotonic())
+        if message is not None:
+            self._stop(StopCause.CANNOT_COMPLETE, message)
 
     def _time_out(self) -> None:
         where = self.transport.ask(rank_side.where_rank, sorted(self.pending - self.gone), self.launch, timeout=3.0)
@@ -342,7 +321,7 @@ class AttemptWatch:
         self._note_where(where, sorted(self.pending - self.gone))
         absent = {slot.address for slot in self.layout.slots} - set(self.launched)
         where.update({a: {"absent": True} for a in absent})
-        self._stop(StopCause.TIMEOUT, timeout_message(self.job_id, self.timeout or 0.0, self.layout, where))
+        self._stop(StopCause.TIMEOUT, timeout_message(self.job_id, self.plan.timeout or 0.0, self.layout, where))
 
     def _drain_output(self) -> None:
         """Wait for output events the ranks sent before answering (they travel on another channel)."""
@@ -430,6 +409,12 @@ class AttemptWatch:
             attempt.failure = f"job {self.job_id} failed on {primary.describe()}" + (
                 f"; {'; '.join(others)}" if others else ""
             )
+            finished = [r.rank for r in reports if r.status == "ok"]
+            if primary.peer_failure and finished:  # its peer left a call it never made (a script's rank exits)
+                attempt.failure += (
+                    f"; {format_ranks(finished)} had finished the job: a collective needs every rank of its "
+                    "group to call it (call it on every rank, not under a condition such as `if rank == 0:`)"
+                )
         else:
             attempt.failure = f"job {self.job_id} failed ({_summary(reports)})"
         return attempt

@@ -53,3 +53,22 @@ def test_ranks_beyond_the_pool_are_refused_before_anything_runs(pool) -> None:
     with pytest.raises(SpecError) as error:
         run_cell(pool, "rank", {}, ranks="0,9")
     assert "'0,9'" in str(error.value) and "0 to 1" in str(error.value)
+
+
+def test_a_collective_on_one_rank_of_a_full_cell_ends_within_seconds_naming_who_waits_and_who_finished(pool) -> None:
+    started = time.monotonic()
+    result = run_cell(pool, "import torch\nt = torch.ones(1)\nif rank == 0:\n    dist.all_reduce(t)\nt.item()", {})
+    took = time.monotonic() - started
+    assert result.status is JobStatus.FAILED
+    failure = result.failure or ""
+    assert "cannot complete: rank 0 in dist.all_reduce() at line 4" in failure, failure
+    assert "waits for rank 1, which finished the job" in failure and "`if rank == 0:`" in failure, failure
+    assert took < 30, took
+    again = run_cell(pool, "import torch\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()", {})  # the pool heals
+    assert again.ok and again.values == [2.0, 2.0], again.failure
+
+
+def test_a_rank_computing_long_after_the_others_finished_is_left_to_finish(pool) -> None:
+    code = "import time\nif rank == 0:\n    time.sleep(7)\nrank"  # past PEER_WAIT_S, outside any collective
+    result = run_cell(pool, code, {})
+    assert result.ok and result.values == [0, 1], result.failure

@@ -132,3 +132,21 @@ def test_boolean_hyperparams_are_argparse_switches(pool: Any, in_tmp: Path) -> N
     assert result.ok, result.report()
     for rank in range(2):
         assert json.loads((in_tmp / f"seen{rank}.json").read_text()) == {"fp16": True, "compile": False, "lr": 0.5}
+
+
+def test_a_script_whose_collective_only_rank_0_calls_fails_naming_the_rank_that_finished(pool: Any, in_tmp: Path) -> None:
+    from gpugeek_jupyter.jobs import run_script
+
+    (in_tmp / "one_sided.py").write_text(
+        "import os, torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.ones(1)\n"
+        "if int(os.environ['RANK']) == 0:\n"
+        "    dist.all_reduce(t)\n"
+    )
+    result = run_script(pool, "one_sided.py")
+    assert not result.ok
+    failure = result.failure or ""
+    # rank 1's process exits with the script, so rank 0's call fails at once instead of waiting
+    assert "failed on rank 0" in failure and "rank 1 had finished the job" in failure, failure
+    assert "`if rank == 0:`" in failure, failure

@@ -1,0 +1,62 @@
+"""The rule that ends a job whose rank waits in a call for a rank that will never enter it."""
+
+from __future__ import annotations
+
+from gpugeek_jupyter.jobs.layout import WorkerInfo, plan_layout
+from gpugeek_jupyter.jobs.stranded import PEER_WAIT_S, StrandedCollectives
+
+LAYOUT = plan_layout([WorkerInfo(f"tcp://h:{i}", str(i), "h") for i in range(3)])
+BARRIER = {"running": True, "collective": "dist.barrier()", "at": "line 3: dist.barrier()", "peers": [0, 1, 2]}
+
+
+def test_a_rank_waiting_for_a_finished_one_is_named_after_the_wait_not_before() -> None:
+    stranded = StrandedCollectives("job-1", LAYOUT, LAYOUT.addresses)
+    assert stranded.check.at is None  # every rank runs it and none finished: nobody looks
+    stranded.rank_finished(1, now=100.0)
+    assert stranded.check.at == 101.0
+    where = {"tcp://h:0": BARRIER, "tcp://h:2": BARRIER}
+    assert stranded.judge(where, now=101.0) is None
+    assert stranded.judge(where, now=101.0 + PEER_WAIT_S - 0.1) is None
+    message = stranded.judge(where, now=101.0 + PEER_WAIT_S)
+    assert message is not None
+    assert message.startswith("job job-1 cannot complete: rank 0 in dist.barrier() at line 3: dist.barrier() waits")
+    assert "rank 1, which finished the job" in message and "rank 2 in dist.barrier()" in message, message
+    assert "`if rank == 0:`" in message and "--ranks" not in message, message
+
+
+def test_leaving_the_call_starts_the_wait_over() -> None:
+    stranded = StrandedCollectives("job-1", LAYOUT, LAYOUT.addresses)
+    stranded.rank_finished(2, now=0.0)
+    assert stranded.judge({"tcp://h:0": BARRIER}, now=1.0) is None
+    assert stranded.judge({"tcp://h:0": {"running": True, "collective": None, "at": "line 5"}}, now=4.0) is None
+    assert stranded.judge({"tcp://h:0": BARRIER}, now=5.0) is None
+    assert stranded.judge({"tcp://h:0": BARRIER}, now=5.0 + PEER_WAIT_S) is not None
+
+
+def test_calls_that_do_not_need_the_finished_rank_or_whose_group_is_unknown_never_count() -> None:
+    stranded = StrandedCollectives("job-1", LAYOUT, LAYOUT.addresses)
+    stranded.rank_finished(1, now=0.0)
+    subgroup = {**BARRIER, "collective": "dist.all_reduce()", "peers": [0, 2]}
+    backward = {"running": True, "collective": "backward() (gradient all-reduce)", "at": "line 9: loss.backward()"}
+    computing = {"running": True, "collective": None, "at": "line 4: time.sleep(60)"}
+    for now in (1.0, 10.0, 100.0):
+        assert stranded.judge({"tcp://h:0": subgroup, "tcp://h:2": backward}, now=now) is None
+        assert stranded.judge({"tcp://h:0": computing, "tcp://h:2": computing}, now=now + 1) is None
+
+
+def test_a_cell_on_some_ranks_is_looked_at_from_the_start_and_says_which_did_not_take_part() -> None:
+    stranded = StrandedCollectives("job-2", LAYOUT, ["tcp://h:0"])
+    assert stranded.check.at is not None
+    where = {"tcp://h:0": BARRIER}
+    stranded.judge(where, now=0.0)
+    message = stranded.judge(where, now=PEER_WAIT_S)
+    assert message is not None
+    assert "waits for ranks 1-2, which did not take part (the cell ran on rank 0 only)" in message, message
+
+
+def test_finished_and_absent_ranks_together_are_both_named() -> None:
+    stranded = StrandedCollectives("job-3", LAYOUT, ["tcp://h:0", "tcp://h:1"])
+    stranded.rank_finished(1, now=0.0)
+    stranded.judge({"tcp://h:0": BARRIER}, now=0.0)
+    message = stranded.judge({"tcp://h:0": BARRIER}, now=PEER_WAIT_S) or ""
+    assert "waits for ranks 1-2, which finished or did not take part" in message, message
