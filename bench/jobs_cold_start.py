@@ -12,7 +12,10 @@ Both run a 2-rank gloo all_reduce:
   through launch and first job, no warm-up (the forkserver starts at the launch).
 - gpugeek, a kept pool (``launch(keep=True)``) from a fresh process: the user's agent launches the
   pool from its own warm forkserver; timed from before the launch to the first job's result, once
-  with the agent already up (a fresh kernel's usual case) and once with the agent to be started.
+  with the agent already up (a fresh kernel's usual case) and once with the agent to be started;
+- gpugeek, a small script on a running pool: ``Job.run(script_path=allreduce.py)`` (the same script
+  torchrun runs), median of 3 runs in the extension-loaded process; each script gets fresh rank
+  processes, as under torchrun, so this is the API's own cost of a script against torchrun's.
 
 The interpreter's own start and the pool's shutdown are not included.
 
@@ -58,7 +61,16 @@ launched = time.perf_counter()
 result = run_cell(pool, "import torch\\nt = torch.ones(1)\\ndist.all_reduce(t)\\nt.item()", {})
 done = time.perf_counter()
 assert result.values == [2.0, 2.0], result
-print(json.dumps({"from_import": done - started, "from_launch": done - imported, "pool_start": launched - imported}))
+times = {"from_import": done - started, "from_launch": done - imported, "pool_start": launched - imported}
+if sys.argv[1] == "warm":  # the small script again on this running pool, through the Python API
+    from gpugeek_jupyter.client import Job
+    job, scripts = Job(pool, owns_pool=False), []
+    for _ in range(3):
+        begun = time.perf_counter()
+        job.run(script_path=sys.argv[2], stream=False).raise_for_status()
+        scripts.append(time.perf_counter() - begun)
+    times["script_on_pool"] = sorted(scripts)[1]
+print(json.dumps(times))
 pool.stop()
 """
 
@@ -69,12 +81,19 @@ def torchrun_wall(script: Path) -> float:
     return time.perf_counter() - start
 
 
-def first_job(registry_dir: str, mode: str, registry: str | None = None) -> dict[str, float]:
+def first_job(
+    registry_dir: str, mode: str, registry: str | None = None, script: Path | None = None
+) -> dict[str, float]:
     env = dict(os.environ, GPUGEEK_REGISTRY=registry or os.path.join(registry_dir, f"cold-{time.time_ns()}.sqlite"))
     env["GPUGEEK_AGENT_IDLE"] = "120"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
     out = subprocess.run(
-        [sys.executable, "-c", FIRST_JOB, mode], env=env, capture_output=True, text=True, check=True, timeout=300
+        [sys.executable, "-c", FIRST_JOB, mode, str(script or "")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -107,7 +126,7 @@ def main() -> None:
     os.makedirs(os.path.dirname(kept_registry), mode=0o700)
     for _ in range(args.rounds):
         torchrun.append(torchrun_wall(script))
-        warm.append(first_job(str(work), "warm"))
+        warm.append(first_job(str(work), "warm", script=script))
         cold.append(first_job(str(work), "cold"))
         stop_agent(kept_registry)
         agent_start.append(first_job(str(work), "kept", kept_registry))  # the launch starts the agent
@@ -123,6 +142,10 @@ def main() -> None:
         (
             "kept pool, agent to start: launch(keep=True) + first job",
             statistics.median(o["from_launch"] for o in agent_start),
+        ),
+        (
+            "the same script by Job.run on a running pool (fresh rank processes)",
+            statistics.median(o["script_on_pool"] for o in warm),
         ),
     ]
     print(f"\nCold start, 2 cpu ranks (gloo) all_reduce, median of {args.rounds} interleaved runs\n")

@@ -21,7 +21,7 @@ Measured in one run, in interleaved rounds, on warm 2-worker cpu pools (gloo):
   states, the pruning of the oldest folder, background work included) in the empty and in the full
   logs folder.
 
-    PYTHONPATH=. .venv/bin/python bench/jobs_latency.py [--repeat 700] [--rounds 7] [--ended-pools 20000]
+    PYTHONPATH=. .venv/bin/python bench/jobs_latency.py [--repeat 700] [--rounds 7] [--ended-pools 100000]
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=700)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--ended-pools", type=int, default=20_000)
+    parser.add_argument("--ended-pools", type=int, default=100_000)
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     os.environ.setdefault("GPUGEEK_REGISTRY", str(scratch / "empty" / "gpugeek.sqlite"))

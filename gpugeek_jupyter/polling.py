@@ -13,6 +13,11 @@ Traceback (most recent call last):
 gpugeek_jupyter.polling.PollTimeout: pool 'dev' to stop: not done within 0 s
 
 A condition that raises ends the wait with its exception (a failure is not worth waiting out).
+Where running out of time is not an error (a grace period, a best-effort confirmation),
+:func:`wait_for` answers None instead:
+
+>>> wait_for(lambda: None, timeout=0, interval=0) is None
+True
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["PollTimeout", "apoll_until", "poll_until"]
+__all__ = ["PollTimeout", "apoll_until", "poll_until", "wait_for"]
 
 T = TypeVar("T")
 
@@ -42,14 +47,30 @@ def poll_until(
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """``condition()``'s first true answer, asking every ``interval`` s for ``timeout`` s at most."""
+    answer = wait_for(condition, timeout=timeout, interval=interval, clock=clock, sleep=sleep)
+    if not answer:
+        raise _timeout(what, timeout, on_timeout)
+    return answer
+
+
+def wait_for(
+    condition: Callable[[], T | None],
+    *,
+    timeout: float,
+    interval: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T | None:
+    """:func:`poll_until` that answers None at the deadline instead of raising."""
     deadline = clock() + timeout
     while True:
         answer = condition()
         if answer:
             return answer
         if clock() > deadline:
-            raise _timeout(what, timeout, on_timeout)
-        sleep(interval)
+            return None
+        if interval > 0:
+            sleep(interval)
 
 
 async def apoll_until(

@@ -99,7 +99,7 @@ LAUNCH_FIELDS: tuple[LaunchField, ...] = (
         "address",
         "string",
         True,
-        "tcp://127.0.0.1:8786",
+        "tcp://10.0.0.5:8786",
         "scheduler address, for the address backend (tcp://host:8786)",
         backends=("address",),
     ),
@@ -289,6 +289,19 @@ class PoolSpec:
         interconnect_value = _check_interconnect(interconnect, gpu.name, gpu.interconnects)
         framework_value = framework if framework not in (None, "") else catalog.default_framework
         catalog.image_for(framework_value)  # validates
+        _refuse_other_backends_fields(
+            backend_value,
+            address=address,
+            namespace=namespace,
+            image=image,
+            partition=partition,
+            account=account,
+            qos=qos,
+            walltime=walltime,
+            constraint=constraint,
+            sbatch_directives=sbatch_directives,
+            prologue=prologue,
+        )
         address_value = _check_address(address, backend_value)
         namespace_value = _check_namespace(namespace, backend_value, config.kubernetes_namespace)
         pool_name = _check_name(name) if name not in (None, "") else _generated_name(gpu.name)
@@ -410,18 +423,25 @@ def _check_base_pricing(value: Any) -> str:
     return text
 
 
-def _check_address(address: Any, backend: str) -> str | None:
-    if backend != "address":
-        if address not in (None, ""):
+def _refuse_other_backends_fields(backend: str, **given: Any) -> None:
+    """A field declared for other backends (``LaunchField.backends``) is refused when given, naming
+    the first such field and a backend it is for."""
+    for field in LAUNCH_FIELDS:
+        if field.backends and backend not in field.backends and _given(given.get(field.name)):
+            for_backend = field.backends[0]
             raise SpecError(
                 Phrase(
-                    "{field} {value} only applies to {backend} (e.g. {example})", backend=Setting(backend="address")
+                    "{field} {value} only applies to {backend} (e.g. {example})", backend=Setting(backend=for_backend)
                 ),
-                field="address",
-                value=address,
-                rule="only with backend 'address'",
-                example=Setting(backend="address", address="tcp://10.0.0.5:8786"),
+                field=field.name,
+                value=given[field.name],
+                rule=f"only with backend {for_backend!r}",
+                example=Setting(backend=for_backend, **{field.name: field.example}),
             )
+
+
+def _check_address(address: Any, backend: str) -> str | None:
+    if backend != "address":
         return None
     if address in (None, ""):
         raise SpecError(
@@ -466,17 +486,6 @@ def _check_slurm_options(backend: str, **given: Any) -> dict[str, Any]:
     """The slurm options of a spec: given ones checked, the others from ``GpugeekConfig.slurm_*``;
     refused (naming the first) for another backend."""
     if backend != "slurm":
-        for field, value in given.items():
-            if _given(value):
-                raise SpecError(
-                    Phrase(
-                        "{field} {value} only applies to {backend} (e.g. {example})", backend=Setting(backend="slurm")
-                    ),
-                    field=field,
-                    value=value,
-                    rule="only with backend 'slurm'",
-                    example=Setting(backend="slurm", **{field: _SLURM_EXAMPLES[field]}),
-                )
         return {}
     config = get_config()
     defaults: dict[str, Any] = {
@@ -498,15 +507,7 @@ def _check_slurm_options(backend: str, **given: Any) -> dict[str, Any]:
     return checked
 
 
-_SLURM_EXAMPLES: dict[str, Any] = {
-    "partition": "gpu",
-    "account": "proj42",
-    "qos": "normal",
-    "walltime": "04:00:00",
-    "constraint": "a100",
-    "sbatch_directives": ["--exclusive"],
-    "prologue": "module load cuda/12.4",
-}
+_EXAMPLES: dict[str, Any] = {field.name: field.example for field in LAUNCH_FIELDS}  # declared once, there
 
 
 def _check_slurm_word(value: Any, field: str) -> str | None:
@@ -518,7 +519,7 @@ def _check_slurm_word(value: Any, field: str) -> str | None:
             field=field,
             value=value,
             rule="one word, without spaces, quotes or '#'",
-            example=_SLURM_EXAMPLES[field],
+            example=_EXAMPLES[field],
         )
     return text
 
@@ -535,7 +536,7 @@ def _check_walltime(value: Any) -> str | None:
             field="walltime",
             value=value,
             rule="minutes, HH:MM:SS or D-HH:MM:SS",
-            example=_SLURM_EXAMPLES["walltime"],
+            example=_EXAMPLES["walltime"],
         )
     return text
 
@@ -549,7 +550,7 @@ def _check_sbatch_directives(value: Any) -> tuple[str, ...]:
             field="sbatch_directives",
             value=value,
             rule="a list of sbatch options",
-            example=_SLURM_EXAMPLES["sbatch_directives"],
+            example=_EXAMPLES["sbatch_directives"],
         )
     directives = []
     for item in items:
@@ -561,7 +562,7 @@ def _check_sbatch_directives(value: Any) -> tuple[str, ...]:
                 field="sbatch_directives",
                 value=item,
                 rule="one sbatch option per item, on one line",
-                example=_SLURM_EXAMPLES["sbatch_directives"],
+                example=_EXAMPLES["sbatch_directives"],
             )
         directives.append(text if text.startswith("-") else "--" + text)
     return tuple(directives)
@@ -574,11 +575,11 @@ def _check_prologue(value: Any) -> str:
             field="prologue",
             value=value,
             rule="shell lines, as one string or a list of strings",
-            example=_SLURM_EXAMPLES["prologue"],
+            example=_EXAMPLES["prologue"],
         )
     text = "\n".join(line.rstrip() for line in lines).strip("\n")
     if "\x00" in text:
         raise SpecError(
-            field="prologue", value=value, rule="shell text without NUL characters", example=_SLURM_EXAMPLES["prologue"]
+            field="prologue", value=value, rule="shell text without NUL characters", example=_EXAMPLES["prologue"]
         )
     return text

@@ -19,7 +19,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any
 
 from ..config import get_config
 from ..errors import GpugeekError, Phrase, Value
+from ..polling import poll_until
 from ..store import make_private_directory, make_private_file, write_private_file
 
 START_TIMEOUT_S = 60.0  # an agent imports torch (its forkserver) before it answers
@@ -82,20 +82,24 @@ def connect(start: bool = True) -> Any:
             pass
         paths.socket.unlink(missing_ok=True)  # left by a dead agent
         process = _spawn(paths)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
+        last_error: list[BaseException] = []
+
+        def did_not_start() -> AgentUnavailableError:
+            why = f"exit code {process.returncode}" if process.returncode is not None else str(last_error[-1])
+            return AgentUnavailableError(
+                Phrase("the gpugeek agent did not start ({why}); see {log}", why=why, log=Value(str(paths.log)))
+            )
+
+        def answers() -> Any:
             try:
                 return _connect(paths)
             except (OSError, EOFError) as e:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise AgentUnavailableError(
-                        Phrase(
-                            "the gpugeek agent did not start ({why}); see {log}",
-                            why=f"exit code {process.returncode}" if process.returncode is not None else str(e),
-                            log=Value(str(paths.log)),
-                        )
-                    ) from None
-                time.sleep(0.05)
+                last_error.append(e)
+                if process.poll() is not None:
+                    raise did_not_start() from None
+                return None
+
+        return poll_until(answers, timeout=START_TIMEOUT_S, interval=0.05, what="the agent", on_timeout=did_not_start)
 
 
 def running_agent() -> Any | None:

@@ -7,11 +7,13 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpugeekError, JobFailedError, Phrase, Value
+from ..polling import wait_for
 from ..store import JobRecord, get_registry
 from .results import load_result
 from .stream import follow
@@ -57,29 +59,24 @@ class JobHandle:
 
     def wait(self, timeout: float | None = None) -> JobHandle:
         """Block until the job has ended (``timeout`` seconds at most: then ``TimeoutError``)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.done():
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"job {self.id!r} is still {self.status()} after {timeout:.0f} s")
-            time.sleep(WAIT_POLL_S)
+        if not wait_for(self.done, timeout=math.inf if timeout is None else timeout, interval=WAIT_POLL_S):
+            raise TimeoutError(f"job {self.id!r} is still {self.status()} after {timeout:.0f} s")
         return self
 
     def result(self, timeout: float | None = None) -> JobResult:
         """The job's result, every rank's value in ``.values``, once it has ended (waits for it)."""
         self.wait(timeout)
-        deadline = time.monotonic() + RESULT_GRACE_S
-        while (result := load_result(self.id)) is None:
-            if time.monotonic() > deadline:
-                record = self.record()
-                raise GpugeekError(
-                    Phrase(
-                        "job {job} ended {status} and left no result{why}: only detached jobs keep one",
-                        job=Value(self.id),
-                        status=record.status.value,
-                        why=f" ({record.failure_reason})" if record.failure_reason else "",
-                    )
+        result = wait_for(lambda: load_result(self.id), timeout=RESULT_GRACE_S, interval=WAIT_POLL_S)
+        if result is None:
+            record = self.record()
+            raise GpugeekError(
+                Phrase(
+                    "job {job} ended {status} and left no result{why}: only detached jobs keep one",
+                    job=Value(self.id),
+                    status=record.status.value,
+                    why=f" ({record.failure_reason})" if record.failure_reason else "",
                 )
-            time.sleep(WAIT_POLL_S)
+            )
         return result
 
     def events(self, follow_live: bool = True) -> Iterator[dict[str, Any]]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import get_config
 from ..jobs.request import JobRequest
+from ..polling import wait_for
 from ..spec import PoolSpec
 from .results import save_result
 from .stream import StreamWriter
@@ -105,13 +106,14 @@ class AgentService:
     def _wait_for_row(self, job_id: str, run: threading.Thread) -> None:
         from ..errors import NotFoundError
 
-        deadline = time.monotonic() + ROW_WAIT_S
-        while run.is_alive() and time.monotonic() < deadline:
+        def recorded_or_ended() -> bool:
             try:
                 self.manager.registry.job(job_id)
-                return
             except NotFoundError:
-                time.sleep(0.01)
+                return not run.is_alive()
+            return True
+
+        wait_for(recorded_or_ended, timeout=ROW_WAIT_S, interval=0.01)
 
     def cancel(self, job_id: str, reason: str) -> dict[str, Any]:
         """Ask detached job ``job_id`` to stop (queued: it leaves the queue); whether it was ours."""

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..polling import wait_for
 from ..store import JobStatus
 from .events import RankOutput, RankProgress, rank_event
 from .payload import OUTPUT_TOPIC, RankOutcome
@@ -170,12 +171,13 @@ def _wait_for_ranks(
 
 
 def _wait_for_output(output: _Output, outcomes: dict[int, RankOutcome]) -> None:
-    deadline = time.monotonic() + OUTPUT_GRACE_S
-    while time.monotonic() < deadline:
+    """Give the output the ranks sent before answering up to ``OUTPUT_GRACE_S`` to arrive."""
+
+    def all_arrived() -> bool:
         with output.lock:
-            if all(output.sent.get(rank, 0) >= o.sent for rank, o in outcomes.items()):
-                return
-        time.sleep(0.05)
+            return all(output.sent.get(rank, 0) >= o.sent for rank, o in outcomes.items())
+
+    wait_for(all_arrived, timeout=OUTPUT_GRACE_S, interval=0.05)
 
 
 def _result(pool: Pool, job: JobRow, outcomes: dict[int, RankOutcome], cancel_reason: str | None) -> JobResult:

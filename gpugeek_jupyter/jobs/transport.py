@@ -18,10 +18,10 @@ import functools
 import logging
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
+from ..polling import wait_for
 from .events import Events, RankAnswered
 
 log = logging.getLogger(__name__)
@@ -222,15 +222,15 @@ class PoolTransport:
         ``exitcode`` and, for dask's memory kill, ``rss`` and the worker's ``memory_limit``; waits up
         to ``wait`` s for the exit status (the nanny sends it as the process ends). {} if nothing."""
         facts: dict[str, Any] = {}
-        deadline = time.monotonic() + wait
-        while True:
+
+        def exit_status_known() -> bool:
             for topic in (MEMORY_KILL_TOPIC, EXIT_TOPIC):
                 for stamp, message in self.client.get_events(topic) or ():
                     if stamp >= since and isinstance(message, dict) and message.get("worker") == address:
                         facts.update(message)
-            if "exitcode" in facts or time.monotonic() > deadline or not self._exits_reported:
-                break
-            time.sleep(0.05)
+            return "exitcode" in facts or not self._exits_reported
+
+        wait_for(exit_status_known, timeout=wait, interval=0.05)
         if not facts.get("memory_limit"):
             facts["memory_limit"] = self._memory_limits.get(address)
         return facts
@@ -257,12 +257,13 @@ class PoolTransport:
                     handler(message)
 
         self.client.subscribe_topic(topic, receive)
-        deadline = time.monotonic() + SUBSCRIBE_CONFIRM_S
-        while time.monotonic() < deadline:
+
+        def probe_came_back() -> bool:
             self.client.log_event(topic, {"probe": probe})
-            if arrived.wait(0.05):
-                return
-        log.info("pool %s: the subscription to %s was not confirmed", self.pool_name, topic)
+            return arrived.wait(0.05)
+
+        if not wait_for(probe_came_back, timeout=SUBSCRIBE_CONFIRM_S, interval=0):
+            log.info("pool %s: the subscription to %s was not confirmed", self.pool_name, topic)
 
     def follow_removals(self, addresses: list[str], on_removed: Callable[[str], None]) -> None:
         """Call ``on_removed(address)`` the moment the scheduler removes one of these workers (its own

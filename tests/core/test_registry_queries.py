@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from pathlib import Path
@@ -195,3 +196,38 @@ def test_set_job_status_keeps_the_failure_reason_unless_given(registry: Registry
     registry.set_job_status("job-1", JobStatus.FAILED, failure_reason="KeyboardInterrupt: ")
     job = registry.job("job-1")
     assert (job.ended_at, job.failure_reason) == (clock.now, "KeyboardInterrupt: ")
+
+
+def job_path_statements(registry: Registry) -> list[str]:
+    """The SQL a job writes on its way (queued, its turn, started, ended) and the next job's turn,
+    as SQLite was given it."""
+    from gpugeek_jupyter.store import Submitter
+
+    pool = registry.add_pool("busy", "local", {}, {}, owner="me").id
+    me = Submitter("notebook", os.getpid(), "here", 0.0)
+    seen: list[str] = []
+    db = registry._connection()
+    db.set_trace_callback(seen.append)
+    try:
+        registry.queue_job("job-a", pool, "busy", "cell", "0" * 64, 2, me)
+        registry.queue_job("job-b", pool, "busy", "cell", "0" * 64, 2, me)  # behind job-a
+        registry.set_job_ranks("job-a", 2)
+        registry.job("job-a")
+        registry.finish_job("job-a", JobStatus.SUCCEEDED, 0, [0, 0], None, {})
+        registry.take_turn("job-b", pool)
+        registry.leave_queue("job-b", "cancelled")
+    finally:
+        db.set_trace_callback(None)
+    return [s for s in seen if not s.startswith(("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE"))]
+
+
+def test_a_jobs_own_reads_and_writes_search_indexes_whatever_the_history(registry: Registry) -> None:
+    """The warm path's registry work must not grow with ended pools and jobs (bench/jobs_latency.py
+    measures it with 100,000 ended pools): no statement of it scans a table."""
+    db = registry._connection()
+    statements = job_path_statements(registry)
+    assert len(statements) >= 7, statements
+    for statement in statements:
+        plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + statement)]
+        scans = [step for step in plan if re.match(r"SCAN (pools|workers|jobs|utilization|pool_events)\b", step)]
+        assert scans == [], (statement, plan)

@@ -114,3 +114,23 @@ def test_a_spec_read_back_from_its_row_resolves_its_gpu_type_and_keeps_it_out_of
     assert "gpu" not in row and "_gpu" not in row and row["gpu_type"] == "A100-80GB"
     read_back = PoolSpec.from_dict(row)
     assert read_back == made and read_back.gpu == made.gpu and read_back.gpu.memory_gb == 80.0
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            {"namespace": "team-risk"},
+            "namespace 'team-risk' only applies to backend='kubernetes' (e.g. backend='kubernetes', namespace='team-risk')",
+        ),
+        ({"image": "mine:1"}, "image 'mine:1' only applies to backend='kubernetes' (e.g. backend='kubernetes', image="),
+        (
+            {"backend": "kubernetes", "qos": "high"},
+            "qos 'high' only applies to backend='slurm' (e.g. backend='slurm', qos='normal')",
+        ),
+    ],
+)
+def test_a_field_of_another_backend_is_refused_as_its_declaration_says(given: dict[str, str], message: str) -> None:
+    with pytest.raises(SpecError) as error:
+        PoolSpec.create(**given)
+    assert str(error.value).startswith(message), str(error.value)

@@ -58,6 +58,8 @@ def bad_launch_lines(draw: st.DrawFn) -> str:
     options = {name: draw(GOOD_VALUES[name]) for name in others}
     if options.get("--backend") == "address" or bad_option == "--interconnect":
         options.pop("--backend", None)  # keep the line's only mistake the one we planted
+    if options.get("--backend") != "kubernetes":
+        options.pop("--namespace", None)  # a Kubernetes field, refused for the other backends
     options[bad_option] = draw(BAD_VALUES[bad_option])
     order = draw(st.permutations(list(options)))
     return " ".join(f"{name} {shlex.quote(options[name])}" for name in order)

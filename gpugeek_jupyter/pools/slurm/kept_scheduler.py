@@ -42,6 +42,7 @@ from typing import Any
 from distributed.deploy.spec import ProcessInterface
 
 from ...config import get_config
+from ...polling import apoll_until
 from ...store import (
     PoolStatus,
     get_registry,
@@ -162,13 +163,20 @@ class KeptScheduler(ProcessInterface):
                 close_fds=True,
             )
         self.pid = process.pid
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while (address := self.files.read_address()) is None:
-            if process.poll() is not None or time.monotonic() > deadline:
-                why = f"exit code {process.returncode}" if process.returncode is not None else "no address in time"
-                raise RuntimeError(f"the pool's scheduler process did not start ({why}); see {self.files.log}")
-            await asyncio.sleep(0.05)
-        self.address = address
+
+        def did_not_start() -> RuntimeError:
+            why = f"exit code {process.returncode}" if process.returncode is not None else "no address in time"
+            return RuntimeError(f"the pool's scheduler process did not start ({why}); see {self.files.log}")
+
+        async def address_written() -> str | None:
+            address = self.files.read_address()
+            if address is None and process.poll() is not None:
+                raise did_not_start()
+            return address
+
+        self.address = await apoll_until(
+            address_written, timeout=START_TIMEOUT_S, interval=0.05, what="the scheduler", on_timeout=did_not_start
+        )
         await super().start()
 
     async def close(self) -> None:
