@@ -6,7 +6,7 @@ worked. Pools set these libraries' loggers to ``log_level`` (``ERROR`` unless co
 launching process and in every local worker (whose nanny passes the level on as
 ``GPUGEEK_LOG_LEVEL``); turning it up to ``INFO`` shows dask's own account again. At ``ERROR`` the
 scheduler's errors about broadcasts that met a closing comm are left out too (the workers of a
-stopping pool). Our own loggers (``gpugeek_jupyter.*``) are left alone.
+stopping pool), and so are a worker's about a heartbeat that met its scheduler's comm closing. Our own loggers (``gpugeek_jupyter.*``) are left alone.
 """
 
 from __future__ import annotations
@@ -30,6 +30,24 @@ class _ClosedCommBroadcasts(logging.Filter):
 _BROADCAST_FILTER = _ClosedCommBroadcasts()
 
 
+class _ClosedCommHeartbeats(logging.Filter):
+    """A worker logs a heartbeat that met its scheduler's comm closing as an ERROR with a traceback
+    (``Failed to communicate with scheduler during heartbeat.``): at a pool's stop, the scheduler
+    going away first; the worker then closes or reconnects on its own, and a scheduler lost for
+    real is what the pool's own account says (the pool is marked lost)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Failed to communicate with scheduler during heartbeat"):
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        from distributed.comm.core import CommClosedError
+
+        return not isinstance(error, CommClosedError)
+
+
+_HEARTBEAT_FILTER = _ClosedCommHeartbeats()
+
+
 def set_library_log_level(level: str) -> None:
     """Set dask's, tornado's and bokeh's loggers (and those of their children that dask configured
     with a level of their own, such as ``distributed.client``) to ``level``."""
@@ -40,12 +58,13 @@ def set_library_log_level(level: str) -> None:
 
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(number)
-    scheduler = logging.getLogger("distributed.scheduler")
-    if number >= logging.ERROR:  # dask's own account turned up (INFO, DEBUG) keeps every line
-        if _BROADCAST_FILTER not in scheduler.filters:
-            scheduler.addFilter(_BROADCAST_FILTER)
-    else:
-        scheduler.removeFilter(_BROADCAST_FILTER)
+    for name, noise in (("distributed.scheduler", _BROADCAST_FILTER), ("distributed.worker", _HEARTBEAT_FILTER)):
+        noisy = logging.getLogger(name)
+        if number >= logging.ERROR:  # dask's own account turned up (INFO, DEBUG) keeps every line
+            if noise not in noisy.filters:
+                noisy.addFilter(noise)
+        else:
+            noisy.removeFilter(noise)
     for name, logger in list(logging.root.manager.loggerDict.items()):
         if (
             isinstance(logger, logging.Logger)

@@ -40,6 +40,9 @@ _MAX_COLLECTED_OUTPUT = 1_000_000  # characters kept per rank with --no-stream
 PROGRESS_INTERVAL_S = 0.1  # a bar sends at most this often (its final state always)
 METRICS_INTERVAL_S = 0.5  # gg.log values buffered on a rank are sent at least this often (see .metrics)
 METRICS_BATCH = 2000  # ... or as soon as this many are buffered
+# a job whose words (output, bars, values) come to at most this many characters also sends them with
+# its answer, which travels straight to the driver: it need not wait for the events' longer way
+REPLAY_CHARS = 16_384
 
 
 class _State:
@@ -77,6 +80,8 @@ class Forwarder:
         self._metrics: list[tuple[int, float, str, float]] = []  # gg.log rows not sent yet
         self._metrics_timer = False
         self._lock = threading.Lock()
+        self.replay: list[dict[str, Any]] | None = []  # every message sent, while they are few (REPLAY_CHARS)
+        self._replay_chars = 0
 
     def write(self, stream: str, text: str) -> None:
         if not text:
@@ -126,11 +131,7 @@ class Forwarder:
         if not self._metrics:
             return
         rows, self._metrics = self._metrics, []
-        self.worker.log_event(
-            OUTPUT_TOPIC,
-            {"job": self.job_id, "launch": self.launch, "rank": self.rank, "seq": self.sent, "metrics": rows},
-        )
-        self.sent += 1
+        self._send_locked({"metrics": rows}, size=40 * len(rows))
 
     def progress(self, state: dict[str, Any]) -> None:
         """Send a progress bar's state; counted in :attr:`sent`, so the driver waits for it too.
@@ -144,11 +145,7 @@ class Forwarder:
                 if state.get("closed"):
                     self._collect_locked("stderr", format_bar(state) + "\n")
                 return
-            self.worker.log_event(
-                OUTPUT_TOPIC,
-                {"job": self.job_id, "launch": self.launch, "rank": self.rank, "seq": self.sent, "progress": state},
-            )
-            self.sent += 1
+            self._send_locked({"progress": state}, size=200)
 
     def end_progress(self) -> None:
         """No progress state goes out after this (the rank is about to answer with :attr:`sent`)."""
@@ -179,20 +176,22 @@ class Forwarder:
                 self._pending[-1] = (stream, text[:cut])
         for stream, text in self._pending:
             if text:
-                self.worker.log_event(
-                    OUTPUT_TOPIC,
-                    {
-                        "job": self.job_id,
-                        "launch": self.launch,
-                        "rank": self.rank,
-                        "seq": self.sent,
-                        "stream": stream,
-                        "text": text,
-                    },
-                )
-                self.sent += 1
+                self._send_locked({"stream": stream, "text": text}, size=len(text))
         self._pending = [keep] if keep else []
         self._last_emit = now
+
+    def _send_locked(self, words: dict[str, Any], size: int) -> None:
+        """One message on the job's topic, numbered (``seq``) so the driver can drop the copy it
+        already had from the answer's :attr:`replay`."""
+        message = {"job": self.job_id, "launch": self.launch, "rank": self.rank, "seq": self.sent, **words}
+        self.worker.log_event(OUTPUT_TOPIC, message)
+        self.sent += 1
+        if self.replay is not None:
+            self._replay_chars += size
+            if self._replay_chars <= REPLAY_CHARS:
+                self.replay.append(message)
+            else:
+                self.replay = None  # too much to send twice: the driver waits for the events
 
 
 class _RoutedStream:

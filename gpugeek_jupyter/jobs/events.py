@@ -57,6 +57,7 @@ class RankOutput:
     rank: int
     stream: str
     text: str
+    seq: int = -1  # its place in the rank's words of this launch (-1: not told)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class RankProgress:
     launch: str
     rank: int
     progress: dict[str, Any]
+    seq: int = -1  # its place in the rank's words of this launch (-1: not told)
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class RankMetrics:
     launch: str
     rank: int
     rows: list[tuple[int, float, str, float]]
+    seq: int = -1  # its place in the rank's words of this launch (-1: not told)
 
 
 @dataclass(frozen=True)
@@ -117,16 +120,17 @@ def rank_event(message: dict[str, Any]) -> RankOutput | RankProgress | RankMetri
     """The event a rank's ``OUTPUT_TOPIC`` message stands for.
 
     >>> rank_event({"job": "j", "launch": "ab12", "rank": 1, "seq": 0, "stream": "stdout", "text": "hi\\n"})
-    RankOutput(launch='ab12', rank=1, stream='stdout', text='hi\\n')
+    RankOutput(launch='ab12', rank=1, stream='stdout', text='hi\\n', seq=0)
 
     Raises ``KeyError``, ``TypeError`` or ``ValueError`` for a message of another shape.
     """
     launch, rank = str(message.get("launch", "")), int(message["rank"])
     if "ended" in message:
         return RankEnded(launch, rank, str(message["ended"]))
+    seq = int(message.get("seq", -1))
     if "progress" in message:
-        return RankProgress(launch, rank, dict(message["progress"]))
+        return RankProgress(launch, rank, dict(message["progress"]), seq)
     if "metrics" in message:
         rows = [(int(step), float(at), str(name), float(value)) for step, at, name, value in message["metrics"]]
-        return RankMetrics(launch, rank, rows)
-    return RankOutput(launch, rank, str(message["stream"]), str(message["text"]))
+        return RankMetrics(launch, rank, rows, seq)
+    return RankOutput(launch, rank, str(message["stream"]), str(message["text"]), seq)

@@ -7,6 +7,7 @@ The notebook's own objects travel inside :attr:`CellCode.names_blob` (a cloudpic
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 OUTPUT_TOPIC = "gpugeek-job-output"  # dask event topic of rank output and early failure notices
 
@@ -66,6 +67,7 @@ class RankOutcome:
     value_blob: bytes | None = None
     output: list[tuple[str, str]] = field(default_factory=list)  # (stream, text) with stream=False
     sent: int = 0  # output events emitted (the driver waits for all of them)
+    replay: list[dict[str, Any]] | None = None  # copies of those events, when they were few (capture.REPLAY_CHARS)
     pid: int = 0
     host: str = ""
     duration_s: float = 0.0

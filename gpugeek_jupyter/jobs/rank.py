@@ -460,6 +460,7 @@ def _execute(
             os.rmdir(error_dir)  # only when empty: an error file written by @record stays
     outcome.output = forwarder.collected
     outcome.sent = forwarder.sent
+    outcome.replay = forwarder.replay if forwarder.sent else None
     outcome.duration_s = time.monotonic() - started
     return outcome
 

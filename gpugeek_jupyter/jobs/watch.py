@@ -27,6 +27,7 @@ from .events import (
     RankOutput,
     RankProgress,
     WorkerRemoved,
+    rank_event,
 )
 from .layout import Layout
 from .logs import JobLogs, rank_state
@@ -205,14 +206,39 @@ class AttemptWatch:
             self._cancel()
 
     # -- events --------------------------------------------------------------------------------
+    def _fresh(self, event: RankOutput | RankProgress | RankMetrics) -> bool:
+        """Count a word of this launch's ranks; False for one already had from its rank's answer
+        (the answer carries copies of a rank's few words: ``RankOutcome.replay``)."""
+        if event.launch != self.launch:
+            return True  # a late word of an earlier launch: shown, not counted
+        had = self.received.get(event.rank, 0)
+        if 0 <= event.seq < had:
+            return False
+        self.received[event.rank] = max(had + 1, event.seq + 1)
+        return True
+
+    def _replay(self, messages: list[dict[str, Any]]) -> None:
+        """The words a rank's answer carries, those the events have not brought yet."""
+        for message in messages:
+            try:
+                event = rank_event(message)
+            except (KeyError, TypeError, ValueError):
+                continue
+            match event:
+                case RankOutput():
+                    self._output(event)
+                case RankProgress():
+                    self._progress(event)
+                case RankMetrics():
+                    self._metrics(event)
+
     def _output(self, event: RankOutput) -> None:
-        if event.launch == self.launch:
-            self.received[event.rank] = self.received.get(event.rank, 0) + 1
-        self._show(event.rank, event.stream, event.text)
+        if self._fresh(event):
+            self._show(event.rank, event.stream, event.text)
 
     def _progress(self, event: RankProgress) -> None:
-        if event.launch == self.launch:
-            self.received[event.rank] = self.received.get(event.rank, 0) + 1
+        if not self._fresh(event):
+            return
         if self.sinks.on_progress is None:
             return
         try:
@@ -221,8 +247,7 @@ class AttemptWatch:
             log.warning("could not show the progress of rank %s: %s", event.rank, e)
 
     def _metrics(self, event: RankMetrics) -> None:
-        if event.launch == self.launch:
-            self.received[event.rank] = self.received.get(event.rank, 0) + 1
+        if event.launch == self.launch and self._fresh(event):
             self.logs.write_metrics(event.rank, event.rows)
             if self.sinks.slow_ranks is not None:
                 self.sinks.slow_ranks.add(event.rank, event.rows)
@@ -250,6 +275,8 @@ class AttemptWatch:
         self.answers[address] = answer
         if isinstance(answer, RankOutcome):
             self.gone.discard(address)  # it answered: its process is alive
+            if answer.replay:
+                self._replay(answer.replay)
             done = {"ok": "done", "cancelled": "stopped", "busy": "failed", "stale": "stopped"}
             self.logs.update_states({answer.rank: done.get(answer.status, answer.status)})
             if self.pending:  # the others may wait for it in a call it will never make

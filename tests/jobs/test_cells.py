@@ -473,3 +473,24 @@ def test_a_cell_that_calls_torch_compile_runs_again(pool: Any) -> None:
         result = run_cell(pool, cell, {})
         assert result.ok, result.report()
         assert result.values == [3.0, 3.0]
+
+
+def test_output_that_also_travels_with_the_answer_is_shown_once_in_order(pool: Any) -> None:
+    """A rank's few words come twice (events, and copies in its answer): each is shown once."""
+    from gpugeek_jupyter.jobs.capture import REPLAY_CHARS
+
+    small = "for i in range(3):\n    print(f'line {i} of rank {rank}')"
+    shown: list[tuple[int, str]] = []
+    for _ in range(20):
+        shown.clear()
+        result = run_cell(pool, small, {}, on_output=lambda r, s, t: shown.append((r, t)))
+        assert result.ok, result.failure
+        for rank in (0, 1):
+            text = "".join(t for r, t in shown if r == rank)
+            assert text == "".join(f"line {i} of rank {rank}\n" for i in range(3)), shown
+    big = f"print('x' * {REPLAY_CHARS + 10})\nprint('after', rank)"  # too much to copy: events only
+    shown.clear()
+    result = run_cell(pool, big, {}, on_output=lambda r, s, t: shown.append((r, t)))
+    assert result.ok, result.failure
+    for rank in (0, 1):
+        assert "".join(t for r, t in shown if r == rank) == "x" * (REPLAY_CHARS + 10) + f"\nafter {rank}\n"

@@ -134,7 +134,9 @@ def test_boolean_hyperparams_are_argparse_switches(pool: Any, in_tmp: Path) -> N
         assert json.loads((in_tmp / f"seen{rank}.json").read_text()) == {"fp16": True, "compile": False, "lr": 0.5}
 
 
-def test_a_script_whose_collective_only_rank_0_calls_fails_naming_the_rank_that_finished(pool: Any, in_tmp: Path) -> None:
+def test_a_script_whose_collective_only_rank_0_calls_fails_naming_the_rank_that_finished(
+    pool: Any, in_tmp: Path
+) -> None:
     from gpugeek_jupyter.jobs import run_script
 
     (in_tmp / "one_sided.py").write_text(
