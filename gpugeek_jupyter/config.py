@@ -39,6 +39,7 @@ ENVIRONMENT = {
     "slurm_prologue": "GPUGEEK_SLURM_PROLOGUE",
     "slurm_cpus_per_worker": "GPUGEEK_SLURM_CPUS_PER_WORKER",
     "slurm_memory_per_worker": "GPUGEEK_SLURM_MEMORY_PER_WORKER",
+    "worker_memory": "GPUGEEK_WORKER_MEMORY",
     "slurm_python": "GPUGEEK_SLURM_PYTHON",
     "slurm_scheduler_host": "GPUGEEK_SLURM_SCHEDULER_HOST",
     "slurm_interface": "GPUGEEK_SLURM_INTERFACE",
@@ -204,6 +205,11 @@ class GpugeekConfig(Configurable):
     ).tag(config=True)
     telemetry_period_seconds = Float(
         1.0, help="Telemetry sampling period on every worker. Env: GPUGEEK_TELEMETRY_PERIOD."
+    ).tag(config=True)
+    worker_memory = Unicode(
+        "",
+        help="Memory limit of each worker unless --worker-memory is given (e.g. '16GiB'; the nanny ends a "
+        "worker past 95% of it); '': the backend's default. Env: GPUGEEK_WORKER_MEMORY.",
     ).tag(config=True)
     kubernetes_namespace = Unicode(
         "default", help="Namespace of kubernetes pools unless --namespace is given. Env: GPUGEEK_NAMESPACE."

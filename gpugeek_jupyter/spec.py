@@ -96,6 +96,16 @@ LAUNCH_FIELDS: tuple[LaunchField, ...] = (
     LaunchField("idle_timeout", "number", True, 20, "minutes idle before the pool stops itself (0: never)", minimum=0),
     LaunchField("price", "number", True, 2.1, "USD per GPU-hour, overriding the catalog for this pool", minimum=0),
     LaunchField(
+        "worker_memory",
+        "string",
+        True,
+        "16GiB",
+        "each worker's memory limit (dask's memory_limit: its nanny ends a worker past 95% of it); "
+        "default: the host's memory shared by its workers (local), the GPU type's share (kubernetes), "
+        "the site's (slurm)",
+        backends=("local", "kubernetes", "slurm"),
+    ),
+    LaunchField(
         "address",
         "string",
         True,
@@ -199,6 +209,7 @@ class PoolSpec:
     budget: float | None = None
     idle_timeout: float | None = None  # minutes; None = the configured default
     price: float | None = None  # USD per GPU-hour override (all workers)
+    worker_memory: int | None = None  # bytes: each worker's memory limit; None: the backend's default
     address: str | None = None  # for backend=address
     namespace: str | None = None  # for backend=kubernetes
     image: str | None = None  # for backend=kubernetes; default from the framework
@@ -267,6 +278,7 @@ class PoolSpec:
         idle_timeout: Any = None,
         name: Any = None,
         price: Any = None,
+        worker_memory: Any = None,
         address: Any = None,
         namespace: Any = None,
         image: Any = None,
@@ -294,6 +306,7 @@ class PoolSpec:
             address=address,
             namespace=namespace,
             image=image,
+            worker_memory=worker_memory,
             partition=partition,
             account=account,
             qos=qos,
@@ -326,6 +339,9 @@ class PoolSpec:
             budget=_check_nonnegative(budget, "budget", 200, allow_none=True),
             idle_timeout=_check_nonnegative(idle_timeout, "idle_timeout", 20, allow_none=True),
             price=_check_nonnegative(price, "price", 2.1, allow_none=True),
+            worker_memory=_check_memory(
+                worker_memory if _given(worker_memory) or backend_value == "address" else config.worker_memory
+            ),
             address=address_value,
             namespace=namespace_value,
             image=str(image) if image not in (None, "") else None,
@@ -412,6 +428,29 @@ def _check_nonnegative(value: Any, field: str, example: float, allow_none: bool)
     if number is None or number < 0:
         raise SpecError(field=field, value=value, rule="a number >= 0", example=example)
     return number
+
+
+MIN_WORKER_MEMORY = 256 * 2**20  # a worker with torch imported needs about this much to start
+
+
+def _check_memory(value: Any) -> int | None:
+    """A size in bytes from ``16GiB``, ``512 MB`` or a number of bytes (dask's ``parse_bytes``)."""
+    if value in (None, ""):
+        return None
+    from dask.utils import parse_bytes  # only when a size is given: dask is slow to import
+
+    try:
+        size = int(value) if isinstance(value, int) and not isinstance(value, bool) else parse_bytes(str(value))
+    except (TypeError, ValueError):
+        size = -1
+    if size < MIN_WORKER_MEMORY:
+        raise SpecError(
+            field="worker_memory",
+            value=value,
+            rule="a size such as 16GiB or 512MB, at least 256MiB",
+            example=_EXAMPLES["worker_memory"],
+        )
+    return size
 
 
 def _check_base_pricing(value: Any) -> str:

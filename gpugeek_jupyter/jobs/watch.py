@@ -481,8 +481,8 @@ def describe_death(process: str, death: dict[str, Any]) -> str:
         return (
             f"{process} was ended by its nanny for memory: {_gib(death['rss'])} in use{of_limit}"
             f"{f' (exitcode: {code})' if code is not None else ''}; {restarts}. Give each worker more memory "
-            "(fewer workers per host, or a pool of bigger machines), or let it go further before the kill "
-            "with dask's distributed.worker.memory.terminate (e.g. 0.98; false: no kill)"
+            "(launch the pool with a larger worker_memory, e.g. 16GiB, or with fewer workers per host), or let "
+            "it go further before the kill with dask's distributed.worker.memory.terminate (e.g. 0.98; false: no kill)"
         )
     if code is None:
         return f"{process} died during the job (killed, or out of memory); {restarts}"

@@ -33,12 +33,12 @@ def launch_field_arguments(function: Any) -> Any:
     ``PoolSpec.create``'s, as text (the magic's values are text until the spec reads them)."""
     defaults = inspect.signature(PoolSpec.create).parameters
     for field in reversed(LAUNCH_FIELDS):  # decorators apply from the bottom: the first field shows first
+        help = field.help.replace("%", "%%")  # argparse formats help with %
         if field.magic == "switch":
-            function = argument(field.flag, action="store_true", help=field.help)(function)
+            function = argument(field.flag, action="store_true", help=help)(function)
             continue
         default = defaults[field.name].default if field.name in defaults else None
         options: dict[str, Any] = {"default": None if default in (None, "", 0.0) else str(default)}
-        help = field.help
         if field.magic == "append":
             options.update(action="append", default=None)
             help += f"; repeatable, one {field.metavar or 'value'} each"
@@ -162,29 +162,7 @@ class PoolMagics(Magics):
         """
         args = parse_options(self.gpugeek_launch, line, "--gpu-type cpu --count 2 --name dev")
         with usage_errors():
-            spec = PoolSpec.create(
-                gpu_type=args.gpu_type,
-                count=args.count,
-                interconnect=args.interconnect,
-                framework=args.framework,
-                backend=args.backend,
-                spot_fraction=args.spot_fraction,
-                budget=args.budget,
-                idle_timeout=args.idle_timeout,
-                name=args.name,
-                price=args.price,
-                address=args.address,
-                namespace=args.namespace,
-                image=args.image,
-                base_pricing=args.base_pricing,
-                partition=args.partition,
-                account=args.account,
-                qos=args.qos,
-                walltime=args.walltime,
-                constraint=args.constraint,
-                sbatch_directives=args.sbatch_directives,
-                prologue=args.prologue,
-            )
+            spec = PoolSpec.create(**{f.name: getattr(args, f.name) for f in LAUNCH_FIELDS if f.spec_field})
             if args.dry_run:
                 return self._dry_run(spec)
             return self._launch(spec, quiet=args.quiet, keep=args.keep)

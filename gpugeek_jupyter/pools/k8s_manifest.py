@@ -351,8 +351,11 @@ def _labels(spec: PoolSpec, gpu: GpuType, user: str) -> dict[str, str]:
     }
 
 
-def _worker_resources(gpu: GpuType, options: KubernetesOptions) -> tuple[str, int]:
-    """CPU and memory (GiB) requested per worker: sized to fit one GPU's share of common GPU nodes."""
+def _worker_resources(gpu: GpuType, options: KubernetesOptions, spec: PoolSpec) -> tuple[str, int, int]:
+    """CPU, the pod's memory (GiB) and its memory-backed ``/dev/shm`` (GiB, counted against the pod's
+    memory: NCCL and DataLoader workers use it) per worker. The memory is sized to fit one GPU's
+    share of common GPU nodes; for a pool with a ``worker_memory``, it is that limit (the dask
+    worker's, rounded up to GiB) plus the ``/dev/shm``."""
     if gpu.is_cpu:
         cpu, memory = "1", 4
     elif gpu.memory_gb <= 24:  # T4/L4 nodes: 4 vCPU, 15-16 GB
@@ -361,14 +364,18 @@ def _worker_resources(gpu: GpuType, options: KubernetesOptions) -> tuple[str, in
         cpu, memory = "6", 40
     else:  # A100/H100/H200 nodes: 12+ vCPU and 170+ GB per GPU
         cpu, memory = "8", int(gpu.memory_gb)
-    return options.worker_cpu or cpu, options.worker_memory_gib or memory
+    cpu = options.worker_cpu or cpu
+    if spec.worker_memory is not None:
+        worker_gib = -(-spec.worker_memory // 2**30)
+        return cpu, worker_gib + max(1, worker_gib // 2), max(1, worker_gib // 2)
+    memory = options.worker_memory_gib or memory
+    return cpu, memory, max(1, memory // 2)
 
 
 def _worker_pod_spec(
     gpu: GpuType, image: str, options: KubernetesOptions, spot: bool, spec: PoolSpec
 ) -> dict[str, Any]:
-    cpu, memory_gib = _worker_resources(gpu, options)
-    shm_gib = max(1, memory_gib // 2)  # counted against the memory limit: NCCL and DataLoader workers use it
+    cpu, memory_gib, shm_gib = _worker_resources(gpu, options, spec)
     resources: dict[str, Any] = {
         "requests": {"cpu": cpu, "memory": f"{memory_gib}Gi"},
         "limits": {"memory": f"{memory_gib}Gi"},

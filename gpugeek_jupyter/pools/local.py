@@ -212,6 +212,8 @@ class LocalBackend:
             env["TMPDIR"] = str(scratch)  # torch's error files, the ranks' own temporary files
         if security is not None:
             kwargs["security"] = security
+        if spec.worker_memory is not None:  # else dask's "auto": the host's memory shared by the workers
+            kwargs["memory_limit"] = spec.worker_memory
         return kwargs
 
     def _start_cpu(

@@ -47,6 +47,15 @@ def test_valid_spec_normalises_strings_from_a_magic_line() -> None:
         ({"backend": "kubernetes", "namespace": "Team_Risk"}, "namespace", "'Team_Risk'", "namespace='team-risk'"),
         ({"price": "-2"}, "price", "'-2'", "price=2.1"),
         ({"base_pricing": "free"}, "base_pricing", "'free'", "base_pricing='reserved'"),
+        ({"worker_memory": "lots"}, "worker_memory", "'lots'", "worker_memory='16GiB'"),
+        ({"worker_memory": "10MB"}, "worker_memory", "'10MB'", "worker_memory='16GiB'"),
+        ({"worker_memory": True}, "worker_memory", "True", "worker_memory='16GiB'"),
+        (
+            {"backend": "address", "address": "tcp://1.2.3.4:8786", "worker_memory": "4GiB"},
+            "worker_memory",
+            "'4GiB'",
+            "backend='local'",
+        ),
     ],
 )
 def test_invalid_value_is_named_with_a_keyword_example(options: dict, field: str, bad_value: str, example: str) -> None:
@@ -134,3 +143,12 @@ def test_a_field_of_another_backend_is_refused_as_its_declaration_says(given: di
     with pytest.raises(SpecError) as error:
         PoolSpec.create(**given)
     assert str(error.value).startswith(message), str(error.value)
+
+
+def test_worker_memory_is_a_size_in_bytes_however_it_is_written() -> None:
+    assert PoolSpec.create(worker_memory="16GiB").worker_memory == 16 * 2**30
+    assert PoolSpec.create(worker_memory="512 MB").worker_memory == 512 * 10**6
+    assert PoolSpec.create(worker_memory=2**30).worker_memory == 2**30
+    assert PoolSpec.create().worker_memory is None
+    spec = PoolSpec.create(worker_memory="1.5GiB")
+    assert PoolSpec.from_dict(spec.to_dict()) == spec  # a registry row gives it back

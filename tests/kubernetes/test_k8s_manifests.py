@@ -136,6 +136,21 @@ def test_dev_shm_is_a_memory_backed_volume_within_the_memory_limit() -> None:
         assert 0 < shm < int(container["resources"]["limits"]["memory"].removesuffix("Gi"))
 
 
+def test_worker_memory_is_the_dask_limit_and_the_pod_adds_its_dev_shm() -> None:
+    for group in worker_groups(build_manifests(kube_spec(worker_memory="6GiB"), CATALOG, OPTIONS)).values():
+        container = worker_container(group)
+        command = container["command"][-1]
+        assert "--memory-limit 6GiB " in command, command
+        [volume] = [v for v in group["spec"]["volumes"] if v["emptyDir"].get("medium") == "Memory"]
+        assert volume["emptyDir"]["sizeLimit"] == "3Gi"
+        assert container["resources"]["limits"]["memory"] == container["resources"]["requests"]["memory"] == "9Gi"
+        assert container["resources"]["requests"]["cpu"] == "8"  # the GPU type's share, as without it
+    odd = worker_container(
+        worker_groups(build_manifests(kube_spec(worker_memory="1.5GiB"), CATALOG, OPTIONS))["default"]
+    )
+    assert "--memory-limit 2GiB " in odd["command"][-1]  # whole GiB, rounded up
+
+
 def test_every_object_carries_the_cost_labels_team_pool_and_user() -> None:
     manifests = build_manifests(kube_spec(), CATALOG, OPTIONS)
     templates = [m["metadata"] for m in manifests] + [g["metadata"] for g in worker_groups(manifests).values()]

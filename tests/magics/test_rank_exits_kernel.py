@@ -1,30 +1,27 @@
 """How a rank's process ended, in a real kernel, said as torchrun says it: ``os._exit(3)`` on a rank
 reads ``exited with status 3 ... (exitcode: 3)``, a signal names itself, and the nanny's memory kill
-names the memory in use, the worker's limit and the setting that moves the kill."""
+names the memory in use, the worker's limit (the pool's --worker-memory) and the settings that move the kill."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
 
-import psutil
 import pytest
 
 from support.kernel import KernelSession, magics_kernel
 
 pytestmark = pytest.mark.slow
 
-KILL_AT = 1.2 * 2**30  # the nanny's memory kill at about this much memory in use, far below the machine's
+WORKER_MEMORY = "1300MiB"  # each worker's limit (--worker-memory): the nanny's kill at 95% of it
 
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
     registry = tmp_path_factory.mktemp("exits") / "registry.sqlite"
-    # dask's automatic memory limit is the machine's memory shared by the workers; the kill comes at
-    # this share of it (distributed.worker.memory.terminate), set low so that 3 GiB on a rank is over
-    share = KILL_AT / (psutil.virtual_memory().total / 2)
-    env = {"GPUGEEK_REGISTRY": str(registry), "DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE": f"{share:.4f}"}
-    with magics_kernel(env, launch="--gpu-type cpu --count 2 --name exits --quiet", stop="exits") as session:
+    env = {"GPUGEEK_REGISTRY": str(registry)}
+    launch = f"--gpu-type cpu --count 2 --name exits --quiet --worker-memory {WORKER_MEMORY}"
+    with magics_kernel(env, launch=launch, stop="exits") as session:
         yield session
 
 
@@ -54,12 +51,12 @@ def test_a_signal_that_kills_a_rank_is_named(kernel: KernelSession) -> None:
 def test_the_nannys_memory_kill_names_the_memory_the_limit_and_the_setting(kernel: KernelSession) -> None:
     failure = _fails(
         kernel,
-        "%%gpugeek_run\nimport time\nif rank == 1:\n    hog = bytearray(3 * 2**30)\n"
+        "%%gpugeek_run\nimport time\nif rank == 1:\n    hog = bytearray(2 * 2**30)\n"
         "    hog[::4096] = b'x' * len(hog[::4096])\n    time.sleep(10)\ndist.barrier()",
     )
     assert "rank 1 (host" in failure and "was ended by its nanny for memory: " in failure, failure
-    assert "GiB in use, over " in failure and "GiB memory limit (exitcode: -15)" in failure, failure
-    assert "distributed.worker.memory.terminate" in failure, failure
+    assert "GiB in use, over 95% of its 1.3 GiB memory limit (exitcode: -15)" in failure, failure
+    assert "a larger worker_memory" in failure and "distributed.worker.memory.terminate" in failure, failure
     after = kernel.run("%%gpugeek_run\nrank")
     assert after.error is None and "[0, 1]" in after.text, after.text  # the pool restarted the worker
 

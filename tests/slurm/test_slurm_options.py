@@ -203,3 +203,18 @@ def test_a_port_range_reaches_the_workers_command_line(monkeypatch: pytest.Monke
     monkeypatch.setenv("GPUGEEK_SLURM_PORTS", "40000:40100")
     config.set_config(None)
     assert "--worker-port 40000:40100 --nanny-port 40000:40100" in render_job_script(spec)
+
+
+def test_worker_memory_is_the_jobs_mem_in_mib_and_the_workers_limit() -> None:
+    from gpugeek_jupyter import config
+    from gpugeek_jupyter.pools.slurm import job_script_options, render_job_script
+    from gpugeek_jupyter.spec import PoolSpec
+
+    options = job_script_options(PoolSpec.create(backend="slurm", worker_memory="2GiB", name="m"))
+    assert options["job_mem"] == "2048M" and options["memory"] == str(2 * 2**30)
+    assert "--mem=" not in options["job_directives_skip"]
+    script = render_job_script(PoolSpec.create(backend="slurm", worker_memory="2GiB", name="m"))
+    assert "#SBATCH --mem=2048M" in script and "--memory-limit 2.00GiB" in script, script
+    config.set_config(config.GpugeekConfig(slurm_memory_per_worker="8G"))
+    assert job_script_options(PoolSpec.create(backend="slurm", worker_memory="2GiB"))["job_mem"] == "2048M"
+    assert job_script_options(PoolSpec.create(backend="slurm"))["job_mem"] == "8G"  # the site's setting

@@ -74,7 +74,11 @@ def job_script_options(spec: PoolSpec, log_directory: str | None = None) -> dict
     cpus = config.slurm_cpus_per_worker or (1 if gres is None else 0)
     if not cpus:
         skip.append("--cpus-per-task")
-    memory = config.slurm_memory_per_worker.strip()
+    # the pool's own limit, else the site's setting: the job's --mem and the worker's memory limit. The
+    # pool's goes to Slurm in MiB (Slurm's "M"), to dask in bytes (dask's "M" is 10**6 bytes)
+    memory = job_memory = config.slurm_memory_per_worker.strip()
+    if spec.worker_memory is not None:
+        memory, job_memory = str(spec.worker_memory), f"{-(-spec.worker_memory // 2**20)}M"
     if not memory:
         skip.append("--mem=")
     if not spec.walltime:
@@ -87,7 +91,7 @@ def job_script_options(spec: PoolSpec, log_directory: str | None = None) -> dict
         "cores": 1,
         "processes": 1,
         "memory": memory or "0",
-        "job_mem": memory or "0",
+        "job_mem": job_memory or "0",
         "job_cpu": cpus or 1,
         "queue": spec.partition,
         "account": spec.account,
