@@ -81,6 +81,10 @@ class LabelledWriter:
         self._at_line_start[key] = True
         return "\n" if self._line_open.get(target) and not text.startswith(("\r", "\n")) else ""
 
+    def line_open(self, rank: int, stream: str) -> bool:
+        """Whether this rank's last line on ``stream`` was written without its end."""
+        return not self._at_line_start.get((rank, stream), True)
+
     def label(self, rank: int, stream: str, text: str) -> str:
         key = (rank, stream)
         at_start = self._at_line_start.get(key, True)

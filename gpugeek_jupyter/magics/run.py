@@ -16,6 +16,7 @@ from ..client import DEFAULT_JOBS_LIMIT
 from ..errors import Phrase, SpecError
 from ._common import chosen_pool, parse_options, pool_arguments, usage_errors
 from ._rank_displays import RankDisplays
+from ._rank_redraws import redrawn_in_place
 
 # %load_ext imports this module and must stay instant: the jobs package (dask, cloudpickle), the
 # widgets (ipywidgets, bokeh), pandas, the agent's client and the store are imported by the magic
@@ -224,7 +225,7 @@ class JobMagics(Magics):
             ranks = parse_ranks(args.ranks)
             if ranks is not None and args.script_path is not None:
                 raise UsageError("--ranks is for cells: a script runs on every rank (e.g. %%gpugeek_run --ranks 0)")
-            writer = RankDisplays(output_writer(mode, _world_size(pool), ranks=ranks), mode)
+            writer = RankDisplays(redrawn_in_place(output_writer(mode, _world_size(pool), ranks=ranks)), mode)
             from ..widgets.progress import progress_display
 
             progress = progress_display(mode, _world_size(pool))
@@ -359,7 +360,7 @@ class JobMagics(Magics):
             handle = job(args.job)
             record = handle.record()
             mode = _output_mode(args.output, None, record.ranks)
-        writer = RankDisplays(output_writer(mode, record.ranks), mode)
+        writer = RankDisplays(redrawn_in_place(output_writer(mode, record.ranks)), mode)
         progress = progress_display(mode, record.ranks)
         ended: dict[str, Any] | None = None
         try:

@@ -69,3 +69,27 @@ def test_grouped_output_shows_a_display_the_ranks_send_alike_once(kernel: Kernel
     )
     assert len(_with(result, "text/markdown")) == 1, result.displays
     assert {"text/plain": "[ranks 0-1]"} in result.displays, result.displays  # the label, updated in place
+
+
+def test_each_ranks_hand_written_progress_line_is_redrawn_in_an_area_of_its_own(kernel: KernelSession) -> None:
+    cell = (
+        "%%gpugeek_run --output all\nimport time\nfor i in range(5):\n"
+        "    print(f'\\rstep {i} of 4 on rank {rank}', end='', flush=True)\n    time.sleep(0.15)\nprint()\n"
+        "print('done', rank)"
+    )
+    msg_id = kernel.execute(cell)
+    result = kernel.collect(msg_id, timeout=120)
+    assert result.error is None, result.text
+    drawings: dict[str, list[str]] = {}  # display id -> what it said, in order
+    for msg in kernel.messages:
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] in ("display_data", "update_display_data"):
+            display_id = msg["content"].get("transient", {}).get("display_id")
+            drawings.setdefault(display_id, []).append(msg["content"]["data"]["text/plain"])
+    assert sorted(said[-1] for said in drawings.values()) == [
+        "[rank 0] step 4 of 4 on rank 0",
+        "[rank 1] step 4 of 4 on rank 1",
+    ], drawings
+    for said in drawings.values():  # one rank's line per area, redrawn there
+        assert len({line.split("]")[0] for line in said}) == 1, said
+    assert "step" not in result.stdout, result.stdout  # no rank's redraw lands on the shared line
+    assert "[rank 0] done 0\n" in result.stdout and "[rank 1] done 1\n" in result.stdout, result.stdout
