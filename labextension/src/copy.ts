@@ -50,6 +50,14 @@ export async function copyText(
 
 /** `text` in full, selectable, with a Copy button beside it. */
 export function renderFullId(text: string, what: string): HTMLElement {
+  return h('span', { class: 'gpugeek-full-id' }, [
+    h('code', { class: 'gpugeek-full-id-text', text }),
+    renderCopyButton(text, what)
+  ]);
+}
+
+/** A button that copies `text` (the `what` its title names), saying whether it could. */
+export function renderCopyButton(text: string, what: string): HTMLElement {
   const button = h('button', {
     class: 'gpugeek-copy-button jp-Button jp-mod-minimal',
     text: 'Copy',
@@ -69,8 +77,5 @@ export function renderFullId(text: string, what: string): HTMLElement {
       }, COPY_SAID_MS);
     });
   });
-  return h('span', { class: 'gpugeek-full-id' }, [
-    h('code', { class: 'gpugeek-full-id-text', text }),
-    button
-  ]);
+  return button;
 }

@@ -24,10 +24,17 @@ export function formatUsdPerHour(value: number | null | undefined): string {
   return `${formatUsd(value)}/h`;
 }
 
-/** `42s`, `3m 05s`, `2h 04m`; a dash for unknown. */
+/** `0.3s`, `42s`, `3m 05s`, `2h 04m`; a dash for unknown. A job of under 10 s keeps a tenth (a
+ * warm cell lasts milliseconds: `0s` would read as "did not run"), one under 0.05 s says so. */
 export function formatDuration(seconds: number | null | undefined): string {
   if (seconds === null || seconds === undefined || !Number.isFinite(seconds) || seconds < 0) {
     return '–';
+  }
+  if (seconds > 0 && seconds < 0.05) {
+    return '<0.1s';
+  }
+  if (seconds < 9.95) {
+    return `${seconds.toFixed(1).replace(/\.0$/, '')}s`;
   }
   const total = Math.round(seconds);
   const hours = Math.floor(total / 3600);

@@ -4,7 +4,7 @@
  * chips and the grouped tail of their output.
  */
 
-import { renderFullId } from './copy';
+import { renderCopyButton, renderFullId } from './copy';
 import { h } from './dom';
 import {
   formatDuration,
@@ -591,18 +591,19 @@ function renderJobRecord(job: IJobModel, state: IJobRowState): HTMLElement {
     h('div', { class: 'gpugeek-job-full-id' }, ['Id ', renderFullId(job.id, 'job id')]),
     renderKeyValues(rows),
     h('div', { class: 'gpugeek-job-code' }, [
-      'Code SHA-256 ',
+      'Code ',
       h('code', {
         class: 'gpugeek-job-code-sha',
-        text: job.code_sha256 ?? '–',
-        title: job.code_sha256 ? `short: ${shortHash(job.code_sha256)}` : ''
-      })
+        text: shortHash(job.code_sha256),
+        title: job.code_sha256 ? `SHA-256 of the code: ${job.code_sha256}` : ''
+      }),
+      job.code_sha256 && renderCopyButton(job.code_sha256, "code's SHA-256")
     ]),
-    h('div', { class: 'gpugeek-job-hyperparams' }, [
-      h('div', { class: 'gpugeek-subheading', text: 'Hyperparameters' }),
-      params.length > 0
-        ? renderKeyValues(params)
-        : h('div', { class: 'gpugeek-muted', text: 'none recorded' })
-    ])
+    // a cell has no hyperparameters (a script's arguments are): no empty section for it
+    params.length > 0 &&
+      h('div', { class: 'gpugeek-job-hyperparams' }, [
+        h('div', { class: 'gpugeek-subheading', text: 'Hyperparameters' }),
+        renderKeyValues(params)
+      ])
   ]);
 }

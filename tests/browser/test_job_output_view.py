@@ -6,6 +6,7 @@ Screenshots go to ``test-artifacts/browser/<test>/``.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,6 +133,17 @@ def test_a_failed_jobs_view_ends_with_the_ranks_traceback_and_copies_its_full_id
     copy.click()
     expect(copy).to_have_text("Copied")
     assert page.evaluate("navigator.clipboard.readText()") == job_id
+    code = row.locator(".gpugeek-job-code")  # the code's short hash, the full one copied
+    sha = code.locator(".gpugeek-job-code-sha").inner_text()
+    assert re.fullmatch(r"[0-9a-f]{12}", sha), sha
+    code.locator("button.gpugeek-copy-button").click()
+    full_sha = page.evaluate("navigator.clipboard.readText()")
+    assert re.fullmatch(r"[0-9a-f]{64}", full_sha) and full_sha.startswith(sha), full_sha
+    assert row.locator(".gpugeek-job-hyperparams").count() == 0  # a cell has none: no empty section
+    duration = row.locator(".gpugeek-key-values").first.inner_text()
+    assert re.search(r"Duration\s+(<0\.1|\d+(\.\d)?)s", duration) and not re.search(r"Duration\s+0s", duration), (
+        duration
+    )
     row.screenshot(path=str(artifacts / "failed-job-view.png"))
 
 
