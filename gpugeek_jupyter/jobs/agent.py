@@ -17,6 +17,7 @@ build their own; their workers are recycled afterwards, as torchrun starts fresh
 
 from __future__ import annotations
 
+import collections
 import logging
 import pickle
 import queue
@@ -54,6 +55,7 @@ NoticeCallback = Callable[[str], None]
 
 NOT_STARTED_RETRIES = 2  # an attempt that met a rebuilt group or a vanished worker runs again this often
 STOP_JOB_WAIT_S = 15.0  # a stopping pool waits this long for its running job to end
+ENDED_JOBS_KEPT = 64  # the newest jobs whose ranks' late output still reaches their logs
 
 
 class JobAgent:
@@ -68,6 +70,8 @@ class JobAgent:
         self.group: ProcessGroup | None = None
         self._lock = threading.Lock()
         self._events: dict[str, Events] = {}  # job id -> what its watch hears
+        # the newest jobs this agent ran -> ranks whose late output was marked as such
+        self._ended: collections.OrderedDict[str, set[int]] = collections.OrderedDict()
         self._subscribed = False
         self._warm_generation: str | None = None  # the generation whose group every rank has joined
         self.queue = PoolQueue(pool)
@@ -210,6 +214,9 @@ class JobAgent:
             attempt = AttemptResult(AttemptState.INTERRUPTED, failure=f"job {job_id} was interrupted before it started")
         finally:
             self._events.pop(job_id, None)
+            self._ended[job_id] = set()  # its threads' late output goes to its logs from now on
+            while len(self._ended) > ENDED_JOBS_KEPT:
+                self._ended.popitem(last=False)
             logs.close()
         reports = attempt.reports()
         result = JobResult(
@@ -370,7 +377,11 @@ class JobAgent:
             self._subscribed = True
 
     def _dispatch(self, message: dict[str, Any]) -> None:
-        events = self._events.get(message.get("job", ""))
+        job_id = message.get("job", "")
+        events = self._events.get(job_id)
+        if events is None and message.get("late") and job_id in self._ended:
+            self._keep_late(job_id, message)
+            return
         if events is not None:
             try:
                 event = rank_event(message)
@@ -378,6 +389,23 @@ class JobAgent:
                 log.warning("job %s: dropped a rank's event it could not read (%r): %r", message["job"], e, message)
                 return
             events.put(event)
+
+    def _keep_late(self, job_id: str, message: dict[str, Any]) -> None:
+        """What a thread of an ended job printed afterwards: into the job's logs (``%gpugeek_logs``),
+        never into whatever cell runs now; the first of each rank's after a line that says so."""
+        try:
+            rank, text = int(message["rank"]), str(message["text"])
+        except (KeyError, TypeError, ValueError):
+            return
+        said = self._ended[job_id]
+        if rank not in said:
+            said.add(rank)
+            text = "[gpugeek] written after the job ended:\n" + text
+        logs = JobLogs(job_id)
+        try:
+            logs.write(rank, text)
+        finally:
+            logs.close()
 
     def _worker_removed(self, address: str) -> None:
         for events in list(self._events.values()):

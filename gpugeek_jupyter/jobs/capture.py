@@ -43,11 +43,15 @@ METRICS_BATCH = 2000  # ... or as soon as this many are buffered
 # a job whose words (output, bars, values) come to at most this many characters also sends them with
 # its answer, which travels straight to the driver: it need not wait for the events' longer way
 REPLAY_CHARS = 16_384
+# what a job's threads write after the job ended goes to the job's logs, not to the next cell (see
+# Forwarder.leftover), up to this many characters per job
+LATE_CHARS = 1_000_000
 
 
 class _State:
     def __init__(self) -> None:
         self.forwarder: Forwarder | None = None
+        self.ended: Forwarder | None = None  # the last job's, until the next starts: its threads' late words
         self.loop_thread: int | None = None
         self.installed = False
         self.lock = threading.Lock()
@@ -82,6 +86,7 @@ class Forwarder:
         self._lock = threading.Lock()
         self.replay: list[dict[str, Any]] | None = []  # every message sent, while they are few (REPLAY_CHARS)
         self._replay_chars = 0
+        self._late_chars = 0  # written after the job ended (leftover), counted against LATE_CHARS
 
     def write(self, stream: str, text: str) -> None:
         if not text:
@@ -180,6 +185,18 @@ class Forwarder:
         self._pending = [keep] if keep else []
         self._last_emit = now
 
+    def leftover(self, stream: str, text: str) -> None:
+        """Text a thread of this job wrote after the job ended: sent marked ``late`` (the driver
+        keeps it in the job's logs, never in a later cell), unnumbered, up to ``LATE_CHARS``."""
+        with self._lock:
+            if self._late_chars > LATE_CHARS:
+                return
+            self._late_chars += len(text)
+            if self._late_chars > LATE_CHARS:
+                text = f"[gpugeek] more output after the job ended was left out ({LATE_CHARS:,} characters kept)\n"
+            message = {"job": self.job_id, "launch": self.launch, "rank": self.rank, "late": True}
+            self.worker.log_event(OUTPUT_TOPIC, {**message, "stream": stream, "text": text})
+
     def _send_locked(self, words: dict[str, Any], size: int) -> None:
         """One message on the job's topic, numbered (``seq``) so the driver can drop the copy it
         already had from the answer's :attr:`replay`."""
@@ -203,8 +220,14 @@ class _RoutedStream:
 
     def write(self, text: str) -> int:
         capture = _state.forwarder
-        if capture is None or threading.get_ident() == _state.loop_thread:
+        if threading.get_ident() == _state.loop_thread:
             return int(self._original.write(text))
+        if capture is None:
+            ended = _state.ended
+            if ended is None or not text:
+                return int(self._original.write(text))
+            ended.leftover(self._name, text)  # a thread the last job left running
+            return len(text)
         capture.write(self._name, text)
         return len(text)
 
@@ -242,7 +265,7 @@ def install(loop_thread: int) -> None:
 def captured(forwarder: Forwarder) -> Iterator[None]:
     """While inside, what any thread but the event loop's writes goes to ``forwarder``, and tqdm
     bars send their states to it instead of text."""
-    _state.forwarder = forwarder
+    _state.forwarder, _state.ended = forwarder, None
     bars = TqdmHook.take_over(forwarder)
     try:
         yield
@@ -252,7 +275,7 @@ def captured(forwarder: Forwarder) -> Iterator[None]:
                 bars.give_back()
         finally:
             forwarder.end_progress()
-            _state.forwarder = None
+            _state.forwarder, _state.ended = None, forwarder
 
 
 # -- progress bars ---------------------------------------------------------------------------------

@@ -209,8 +209,8 @@ class AttemptWatch:
     def _fresh(self, event: RankOutput | RankProgress | RankMetrics) -> bool:
         """Count a word of this launch's ranks; False for one already had from its rank's answer
         (the answer carries copies of a rank's few words: ``RankOutcome.replay``)."""
-        if event.launch != self.launch:
-            return True  # a late word of an earlier launch: shown, not counted
+        if event.launch != self.launch or event.seq < 0:
+            return True  # a late word (of an earlier launch, or after its rank's code ended): shown, not counted
         had = self.received.get(event.rank, 0)
         if 0 <= event.seq < had:
             return False

@@ -69,6 +69,22 @@ def test_every_ranks_full_log_is_one_magic_away(kernel: KernelSession) -> None:
     assert every.splitlines()[:2] == ["--- rank 0 ---", "elsewhere"] and "only in the log" in every
 
 
+def test_what_a_ranks_thread_prints_after_the_cell_ended_goes_to_the_jobs_log_not_a_later_cell(
+    kernel: KernelSession,
+) -> None:
+    _ok(
+        kernel,
+        "%%gpugeek_run\nimport threading, time\ndef later():\n    time.sleep(1.0)\n"
+        "    print('late line from', rank, 'of a thread')\nthreading.Thread(target=later, daemon=True).start()",
+    )
+    _ok(kernel, "from gpugeek_jupyter.store import get_registry\n_late = get_registry().list_jobs(limit=1)[0].id")
+    plain = kernel.run("import time\ntime.sleep(3)\nprint('a plain cell')", timeout=60)
+    assert plain.error is None and plain.stdout == "a plain cell\n", plain.text  # nothing of the ranks here
+    assert "late line" not in plain.stderr, plain.stderr
+    log = _ok(kernel, "%gpugeek_logs $_late --rank 1")
+    assert log == "[gpugeek] written after the job ended:\nlate line from 1 of a thread\n", log
+
+
 @pytest.mark.parametrize(
     ("line", "words"),
     [
