@@ -10,6 +10,7 @@ imports neither torch nor dask.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
@@ -36,6 +37,8 @@ __all__ = [
     "list_pools",
     "load_ipython_extension",
     "log",
+    "pull",
+    "push",
     "schedule",
 ]
 
@@ -66,6 +69,50 @@ def current_pool() -> Pool | None:
     from .runtime import get_pool_manager
 
     return get_pool_manager().current
+
+
+def push(names: Mapping[str, Any], pool: Pool | None = None, ranks: str | Sequence[int] | None = None) -> None:
+    """Bind ``names`` (name -> value) on every rank of ``pool`` (default: the current one;
+    ``ranks="0,2"``: those only) now, replacing what the ranks hold under those names, as ``%gpugeek_push`` does
+    (ipyparallel's ``push``). A later cell that reads a notebook variable of the same name still
+    sends the notebook's value when it differs from the pushed one (the namespace rule).
+
+    >>> gpugeek_jupyter.push({"model": model, "lr": 3e-4})   # doctest: +SKIP
+    """
+    from .errors import SpecError, Surface, phrased_for
+    from .jobs import push as push_values
+
+    with phrased_for(Surface.PYTHON):
+        if not isinstance(names, Mapping):
+            raise SpecError(field="names", value=names, rule="a dict of names to values", example={"lr": 3e-4})
+        push_values(_pool_or_current(pool), dict(names), ranks=ranks).raise_for_status()
+
+
+def pull(name: str, rank: int = 0, pool: Pool | None = None) -> Any:
+    """The value ``name`` has on rank ``rank`` of ``pool`` (default: the current one), as
+    ``%gpugeek_pull`` fetches it (ipyparallel's ``pull``).
+
+    >>> losses = gpugeek_jupyter.pull("losses", rank=1)   # doctest: +SKIP
+    """
+    from .errors import SpecError, Surface, phrased_for
+    from .jobs import pull as pull_value
+
+    with phrased_for(Surface.PYTHON):
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise SpecError(field="rank", value=rank, rule="a rank number >= 0", example=1)
+        return pull_value(_pool_or_current(pool), name, rank=rank)
+
+
+def _pool_or_current(pool: Pool | None) -> Pool:
+    from .errors import SpecError
+
+    chosen = pool if pool is not None else current_pool()
+    if chosen is None:
+        raise SpecError(
+            "no pool to run on: launch one (e.g. gpugeek_jupyter.launch(gpu_type='cpu', count=2)) or pass pool=",
+            field="pool",
+        )
+    return chosen
 
 
 def list_pools(live_only: bool = False) -> list[PoolRecord]:

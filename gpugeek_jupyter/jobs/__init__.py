@@ -28,7 +28,16 @@ if TYPE_CHECKING:
     from .result import JobResult
     from .watch import OutputCallback, ProgressCallback
 
-__all__ = ["EndJobsBeforeStop", "cell_request", "end_jobs_before_stop", "run_cell", "run_script", "script_request"]
+__all__ = [
+    "EndJobsBeforeStop",
+    "cell_request",
+    "end_jobs_before_stop",
+    "pull",
+    "push",
+    "run_cell",
+    "run_script",
+    "script_request",
+]
 
 
 class EndJobsBeforeStop(PoolLifecyclePlugin):
@@ -114,6 +123,29 @@ def run_cell(
 
     request = cell_request(source, namespace, **options)
     return agent_for(pool).run(request, on_output, on_notice, on_progress, on_wait, on_metrics)
+
+
+def push(pool: Pool, values: Mapping[str, Any], **options: Any) -> JobResult:
+    """Bind ``values`` (name -> notebook value) on every rank now, replacing whatever the ranks hold
+    under those names (ipyparallel's ``push``); sent even when unchanged since the last cell. The
+    options are :func:`run_cell`'s (``ranks=`` pushes to some ranks only)."""
+    from .agent import agent_for
+    from .cell import check_names
+
+    names = check_names(values, "push")
+    agent_for(pool).holds.release(values)
+    return run_cell(pool, "(" + ", ".join(names) + ",);", values, **options)
+
+
+def pull(pool: Pool, name: str, rank: int = 0, **options: Any) -> Any:
+    """The value ``name`` has on rank ``rank`` (ipyparallel's ``pull``); the notebook's own value of
+    the name is not sent. Raises the rank's error (``NameError`` when it has none) as a failed job."""
+    from .cell import check_names
+
+    check_names({name: None}, "pull")
+    result = run_cell(pool, name, {}, ranks=[rank], **options)
+    result.raise_for_status()
+    return result.values[0]
 
 
 def script_request(

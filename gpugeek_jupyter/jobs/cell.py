@@ -102,6 +102,26 @@ def prepare_cell(
     )
 
 
+def check_names(values: Mapping[str, Any], what: str) -> list[str]:
+    """The names of ``values``, each a variable name that is not one the ranks set themselves
+    (``rank``, ``dist``, ...); else a :class:`SpecError` naming the first bad one."""
+    import keyword
+
+    if not values:
+        raise SpecError(field="names", value="", rule=f"at least one variable name to {what}", example="model")
+    for name in values:
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            raise SpecError(field="names", value=name, rule="variable names", example="model")
+        if name in RANK_NAMES:
+            raise SpecError(
+                field="names",
+                value=name,
+                rule=f"a name of yours, not one each rank sets ({', '.join(sorted(RANK_NAMES))})",
+                example="model",
+            )
+    return list(values)
+
+
 @functools.lru_cache(maxsize=64)
 def _analyse(source: str) -> tuple[tuple[str, ...], bool, frozenset[str]]:
     """The cell's free names, whether it ends with an expression, and the free names only code that

@@ -143,6 +143,21 @@ def _fingerprinter() -> type:
     return Fingerprinter
 
 
+def tensor_serials(value: Any) -> set[int]:
+    """The serials (:func:`tensor_token`) of the tensors inside ``value``, wherever they sit."""
+    found: set[int] = set()
+
+    class Finder(_fingerprinter()):  # type: ignore[misc]  # the pickler reads persistent_id when made
+        def persistent_id(self, obj: Any) -> Any:
+            token = tensor_token(obj)
+            if token is not None:
+                found.add(token[0])
+            return token
+
+    Finder(_Digest(), protocol=5, buffer_callback=lambda view: False).dump(value)
+    return found
+
+
 @functools.cache
 def _empty_blob() -> bytes:
     import cloudpickle
@@ -251,6 +266,14 @@ class RanksHold:
             self.tensors.pop(serial, None)
         for name in dropped:
             self.names.pop(name, None)
+
+    def release(self, values: Mapping[str, Any]) -> None:
+        """Count these notebook values as never sent (an explicit push): the next cell that names
+        them sends them, tensors inside them with their data, and they replace the ranks' own."""
+        for name in values:
+            self.names.pop(name, None)
+        for serial in tensor_serials(values):
+            self.tensors.pop(serial, None)
 
     def lost(self) -> None:
         """The ranks' namespaces are gone (the attempt failed: its group is rebuilt)."""

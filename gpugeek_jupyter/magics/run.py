@@ -426,6 +426,81 @@ class JobMagics(Magics):
             return job_table(jobs, registry.queue_positions([j.pool_id for j in jobs if j.status.value == "queued"]))
 
     @magic_arguments()
+    @argument("names", nargs="*", help="the notebook's variables to send")
+    @pool_arguments("to use (default: the current one)", positional=False)
+    @argument("--ranks", default=None, help="these ranks only, e.g. 0,2-3 (default: every rank)")
+    @line_magic
+    def gpugeek_push(self, line: str) -> None:
+        """Example::
+
+            In [1]: %gpugeek_push model lr
+            In [2]: %%gpugeek_run
+               ...: lr
+            Out[2]: [0.0003, 0.0003]
+
+        Bind these notebook variables on the ranks now, replacing what the ranks hold under those
+        names (ipyparallel's ``push``): sent even when unchanged since the last cell, a model's
+        tensors with their data. Without it, a cell sends a notebook name only when the notebook
+        changed it since it last sent it, and the ranks otherwise keep their own (the namespace
+        rule). In Python: ``gpugeek_jupyter.push({"model": model, "lr": lr})``.
+        """
+        from ..jobs import push
+        from ..jobs.cell import RANK_NAMES
+
+        args = parse_options(self.gpugeek_push, line, "model lr")
+        shell = self.shell
+        assert shell is not None
+        missing = [n for n in args.names if n not in shell.user_ns]
+        if not args.names or missing:
+            what = f"{missing[0]!r} is not a variable of this notebook" if missing else "name the variables"
+            raise UsageError(f"%gpugeek_push: {what} (e.g. %gpugeek_push model lr)")
+        taken = [n for n in args.names if n in RANK_NAMES]
+        if taken:
+            raise UsageError(
+                f"%gpugeek_push: {taken[0]!r} is a name each rank sets itself ({', '.join(sorted(RANK_NAMES))}): "
+                "push a variable of yours (e.g. %gpugeek_push model lr)"
+            )
+        with usage_errors():
+            pool = self._pool(args.pool)
+            values = {name: shell.user_ns[name] for name in args.names}
+            push(pool, values, ranks=args.ranks, on_notice=_notice).raise_for_status()
+
+    @magic_arguments()
+    @argument("name", nargs="?", default=None, help="the ranks' variable to fetch")
+    @argument("--rank", default=None, help="the rank to fetch it from (default: 0)")
+    @pool_arguments("to use (default: the current one)", positional=False)
+    @argument("-o", "--out", default=None, help="store it in this notebook variable (default: the same name)")
+    @line_magic
+    def gpugeek_pull(self, line: str) -> None:
+        """Example::
+
+            In [1]: %gpugeek_pull losses --rank 1
+            In [2]: losses[-1]
+            Out[2]: 0.412
+
+        Fetch a variable from a rank into the notebook (ipyparallel's ``pull``), under the same name
+        or ``-o``'s; the notebook's own value is not sent. Every rank's at once: ``%%gpugeek_run -o
+        all_losses`` with the cell ``losses``. In Python: ``gpugeek_jupyter.pull("losses", rank=1)``.
+        """
+        from ..jobs import pull
+
+        args = parse_options(self.gpugeek_pull, line, "losses --rank 1")
+        shell = self.shell
+        assert shell is not None
+        if not args.name:
+            raise UsageError("%gpugeek_pull needs the variable's name (e.g. %gpugeek_pull losses --rank 1)")
+        if not args.name.isidentifier() or keyword.iskeyword(args.name):
+            raise UsageError(f"%gpugeek_pull takes a variable name, got {args.name!r} (e.g. %gpugeek_pull losses)")
+        with usage_errors():
+            rank = _number(args.rank, "--rank", 1, integer=True)
+            target = args.out or args.name
+            if not target.isidentifier() or keyword.iskeyword(target):
+                raise SpecError(field="out", value=target, rule="a variable name", example="losses")
+            pool = self._pool(args.pool)
+            value = pull(pool, args.name, rank=rank or 0, on_notice=_notice)
+        shell.user_ns[target] = value
+
+    @magic_arguments()
     @argument("job", nargs="?", default=None, help="the job's id, as %%gpugeek_jobs lists it")
     @argument("--rank", default=None, help="this rank's log only (default: every rank's, one after another)")
     @line_magic

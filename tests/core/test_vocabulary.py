@@ -158,6 +158,8 @@ OPERATIONS: dict[str, Operation] = {
         python=(gpugeek_jupyter.schedule, ClusterClient.schedule),
         rest=(("POST", "/gpugeek/schedules"),),
     ),
+    "push values to the ranks": Operation(magics=("gpugeek_push",), python=(gpugeek_jupyter.push,)),
+    "pull a value from a rank": Operation(magics=("gpugeek_pull",), python=(gpugeek_jupyter.pull,)),
     "list schedules": Operation(
         magics=("gpugeek_schedules",), python=(list_schedules,), rest=(("GET", "/gpugeek/schedules"),)
     ),
@@ -196,6 +198,10 @@ ONLY_ON: dict[tuple[str, str], tuple[set[str], str]] = {
     ("run on a pool", "detach"): (
         {MAGIC},
         "Python has methods of their own for it: Job.submit(...) and Job.submit_cell(...) return a JobHandle",
+    ),
+    ("pull a value from a rank", "out"): (
+        {MAGIC},
+        "-o/--out stores the value in a notebook variable under another name; Python returns it",
     ),
     ("report cost", "registry"): ({PYTHON}, "the registry to read; a magic reads its process's"),
     ("report cost", "now"): ({PYTHON}, "a report as of a given time"),
@@ -270,6 +276,8 @@ POOL_MAGICS = {
     "gpugeek_where",
 }
 POOL_FLAG_ONLY = {
+    "gpugeek_push": "its words are the notebook variables to send",
+    "gpugeek_pull": "its word is the variable to fetch",
     "gpugeek_run": "its words are the script's arguments (after --)",
     "gpugeek_schedule": "its words are the script's arguments (after --)",
 }

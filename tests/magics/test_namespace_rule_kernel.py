@@ -83,3 +83,41 @@ def test_a_name_deleted_on_the_ranks_is_sent_again_when_a_cell_uses_it(kernel: K
     _ok(kernel, "gone = 41")
     _ok(kernel, "%%gpugeek_run\nprint(gone)\ndel gone")
     assert "[42, 42]" in _ok(kernel, "%%gpugeek_run\ngone + 1")
+
+
+def test_push_sends_the_notebooks_value_even_unchanged_and_pull_fetches_a_ranks(kernel: KernelSession) -> None:
+    _ok(kernel, "pushed = 0\nweights = torch.zeros(2)")
+    _ok(kernel, "%%gpugeek_run\npushed += 1\nweights += rank + 1")  # the ranks' own from here on
+    assert "[2, 2]" in _ok(kernel, "%%gpugeek_run\npushed += 1\npushed")  # unchanged in the notebook: not sent
+    _ok(kernel, "%gpugeek_push pushed weights")  # the notebook's values win now, the tensor's data too
+    assert "[(0, [0.0, 0.0]), (0, [0.0, 0.0])]" in _ok(kernel, "%%gpugeek_run\npushed, weights.tolist()")
+    _ok(kernel, "%%gpugeek_run\nmade_there = rank * 10 + 7")
+    _ok(kernel, "%gpugeek_pull made_there --rank 1")
+    assert _ok(kernel, "made_there") == "17"
+    _ok(kernel, "%gpugeek_pull made_there -o from_zero")
+    assert _ok(kernel, "from_zero") == "7"
+    assert _ok(kernel, "import gpugeek_jupyter\ngpugeek_jupyter.pull('made_there', rank=1)") == "17"
+    _ok(kernel, "gpugeek_jupyter.push({'only_there': 5})")  # a value the notebook has under no name
+    assert "[5, 5]" in _ok(kernel, "%%gpugeek_run\nonly_there")
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("%gpugeek_push no_such_name", ["'no_such_name' is not a variable of this notebook", "e.g. %gpugeek_push"]),
+        ("%gpugeek_push", ["name the variables", "e.g."]),
+        ("rank = 3\n%gpugeek_push rank", ["'rank' is a name each rank sets itself", "e.g."]),
+        ("%gpugeek_pull", ["needs the variable's name", "e.g. %gpugeek_pull"]),
+        ("%gpugeek_pull made_there --rank x", ["--rank", "'x'"]),
+        ("%gpugeek_pull nothing_on_the_ranks", ["NameError", "nothing_on_the_ranks"]),
+    ],
+)
+def test_bad_push_and_pull_lines_say_what_is_wrong_in_one_line(
+    kernel: KernelSession, line: str, words: list[str]
+) -> None:
+    result = kernel.run(line, timeout=120)
+    # a magic's usage error is one line on stderr (IPython's UsageError); a rank's failure an error
+    message = result.error["evalue"] if result.error is not None else result.stderr
+    assert message.count("\n") <= 1 and message.strip(), result.text
+    assert all(w in message for w in words), message
+    assert "Traceback" not in message, message
