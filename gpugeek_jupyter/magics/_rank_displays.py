@@ -49,6 +49,19 @@ class RankDisplays:
         display(bundle, raw=True, metadata={"gpugeek": {"rank": rank}})
         self._shown[digest] = (label, [rank])
 
+    def show_values(self, ranks: list[int], values: list[Any], format_value: Any) -> bool:
+        """Show each rank's value of the cell by its rich display (a DataFrame's table, a figure),
+        labelled as a rank's ``display(...)`` is; False when none has more than text (then the
+        values are the cell's value, a list, as IPython shows it). ``format_value`` is IPython's
+        ``shell.display_formatter.format``."""
+        bundles = [format_value(value)[0] for value in values]
+        if all(set(bundle) <= {"text/plain"} for bundle in bundles):
+            return False
+        for rank, bundle in zip(ranks, bundles, strict=True):
+            if self.mode != "rank0" or rank == 0:
+                self._show(rank, bundle)
+        return True
+
     def close(self) -> None:
         for rank, rest in sorted(self._partial.items()):
             for bundle in read_bundles(rest):

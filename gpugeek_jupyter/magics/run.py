@@ -277,6 +277,13 @@ class JobMagics(Magics):
             return None
         if not _ends_with_expression(cell) or all(v is None for v in result.values):
             return None  # like a cell ending in a call that returns None: nothing to show
+        formatter, ranks_in_order = shell.display_formatter, [r.rank for r in result.ranks]
+        if (
+            not args.rank0
+            and formatter is not None
+            and writer.show_values(ranks_in_order, result.values, formatter.format)
+        ):
+            return None  # each rank's DataFrame, figure, ... shown as itself under its label
         return value
 
     def _detach(

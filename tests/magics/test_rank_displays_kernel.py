@@ -93,3 +93,16 @@ def test_each_ranks_hand_written_progress_line_is_redrawn_in_an_area_of_its_own(
         assert len({line.split("]")[0] for line in said}) == 1, said
     assert "step" not in result.stdout, result.stdout  # no rank's redraw lands on the shared line
     assert "[rank 0] done 0\n" in result.stdout and "[rank 1] done 1\n" in result.stdout, result.stdout
+
+
+def test_a_cells_rich_last_value_is_shown_per_rank_as_itself_not_as_a_list(kernel: KernelSession) -> None:
+    result = _run(kernel, "%%gpugeek_run --output all\nimport pandas as pd\npd.DataFrame({'col': [rank + 70]})")
+    tables = sorted(d["text/html"] for d in _with(result, "text/html"))
+    assert len(tables) == 2 and "70" in tables[0] and "71" in tables[1], result.displays
+    labels = sorted(d["text/plain"] for d in result.displays if len(d) == 1)
+    assert labels == ["[rank 0]", "[rank 1]"], result.displays
+    plain = _run(kernel, "%%gpugeek_run\nrank * 3")  # plain values stay the cell's list
+    assert plain.displays[-1]["text/plain"] == "[0, 3]", plain.displays
+    kept = _run(kernel, "%%gpugeek_run -o frames\nimport pandas as pd\npd.DataFrame({'col': [rank]})")
+    assert not _with(kept, "text/html"), kept.displays  # -o stores them, shows nothing
+    assert _run(kernel, "[int(f['col'][0]) for f in frames]").displays[-1]["text/plain"] == "[0, 1]"
