@@ -301,33 +301,22 @@ class PoolSpec:
         interconnect_value = _check_interconnect(interconnect, gpu.name, gpu.interconnects)
         framework_value = framework if framework not in (None, "") else catalog.default_framework
         catalog.image_for(framework_value)  # validates
+        slurm_given = {
+            "partition": partition,
+            "account": account,
+            "qos": qos,
+            "walltime": walltime,
+            "constraint": constraint,
+            "sbatch_directives": sbatch_directives,
+            "prologue": prologue,
+        }
         _refuse_other_backends_fields(
-            backend_value,
-            address=address,
-            namespace=namespace,
-            image=image,
-            worker_memory=worker_memory,
-            partition=partition,
-            account=account,
-            qos=qos,
-            walltime=walltime,
-            constraint=constraint,
-            sbatch_directives=sbatch_directives,
-            prologue=prologue,
+            backend_value, address=address, namespace=namespace, image=image, worker_memory=worker_memory, **slurm_given
         )
         address_value = _check_address(address, backend_value)
         namespace_value = _check_namespace(namespace, backend_value, config.kubernetes_namespace)
         pool_name = _check_name(name) if name not in (None, "") else _generated_name(gpu.name)
-        slurm = _check_slurm_options(
-            backend_value,
-            partition=partition,
-            account=account,
-            qos=qos,
-            walltime=walltime,
-            constraint=constraint,
-            sbatch_directives=sbatch_directives,
-            prologue=prologue,
-        )
+        slurm = _check_slurm_options(backend_value, **slurm_given)
         spec = cls(
             name=pool_name,
             gpu_type=gpu.name,

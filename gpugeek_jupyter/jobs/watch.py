@@ -161,13 +161,9 @@ class AttemptWatch:
             return None
 
     def _handle(self, event: JobEvent) -> None:
+        if self._rank_words(event):
+            return
         match event:
-            case RankOutput():
-                self._output(event)
-            case RankProgress():
-                self._progress(event)
-            case RankMetrics():
-                self._metrics(event)
             case RankEnded(launch=launch, rank=rank) if launch == self.launch:  # not a late word from an earlier launch
                 self._rank_failed(rank)
             case RankAnswered(address=address, answer=answer):
@@ -224,13 +220,20 @@ class AttemptWatch:
                 event = rank_event(message)
             except (KeyError, TypeError, ValueError):
                 continue
-            match event:
-                case RankOutput():
-                    self._output(event)
-                case RankProgress():
-                    self._progress(event)
-                case RankMetrics():
-                    self._metrics(event)
+            self._rank_words(event)
+
+    def _rank_words(self, event: JobEvent | None) -> bool:
+        """Show or keep a rank's output, bar state or ``gg.log`` values; False for any other event."""
+        match event:
+            case RankOutput():
+                self._output(event)
+            case RankProgress():
+                self._progress(event)
+            case RankMetrics():
+                self._metrics(event)
+            case _:
+                return False
+        return True
 
     def _output(self, event: RankOutput) -> None:
         if self._fresh(event):
@@ -356,16 +359,10 @@ class AttemptWatch:
         deadline = time.monotonic() + OUTPUT_DRAIN_S
         while any(self.received.get(r, 0) < n for r, n in expected.items()):
             event = self._next_event(timeout=max(0.0, deadline - time.monotonic()))
-            match event:
-                case None:
-                    log.warning("job %s: some output of the ranks did not arrive", self.job_id)
-                    return
-                case RankOutput():
-                    self._output(event)
-                case RankProgress():
-                    self._progress(event)
-                case RankMetrics():
-                    self._metrics(event)
+            if event is None:
+                log.warning("job %s: some output of the ranks did not arrive", self.job_id)
+                return
+            self._rank_words(event)
 
     # -- the verdict ---------------------------------------------------------------------------
     def outcome(self) -> AttemptResult:
