@@ -397,7 +397,9 @@ class JobAgent:
             rank, text = int(message["rank"]), str(message["text"])
         except (KeyError, TypeError, ValueError):
             return
-        said = self._ended[job_id]
+        said = self._ended.get(job_id)  # the job's thread may just have let it go
+        if said is None:
+            return
         if rank not in said:
             said.add(rank)
             text = "[gpugeek] written after the job ended:\n" + text

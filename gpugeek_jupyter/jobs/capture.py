@@ -226,7 +226,10 @@ class _RoutedStream:
             ended = _state.ended
             if ended is None or not text:
                 return int(self._original.write(text))
-            ended.leftover(self._name, text)  # a thread the last job left running
+            try:
+                ended.leftover(self._name, text)  # a thread the last job left running
+            except Exception:  # the worker is closing: its own stream takes it, the thread goes on
+                return int(self._original.write(text))
             return len(text)
         capture.write(self._name, text)
         return len(text)
