@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 WAIT_POLL_S = 0.2
 SWEEP_S = 1.0  # while waiting, pools whose owner died (an agent killed) are swept this often
 RESULT_GRACE_S = 10.0  # after its row ended, the agent writes the result file within this
+CANCEL_WAIT_S = 30.0  # a cancelled attached job ends within this (its ranks stopped, then their workers)
 
 
 class JobHandle:
@@ -100,13 +101,37 @@ class JobHandle:
 
         return metrics_frame(self.id)
 
-    def cancel(self, reason: str = "cancelled from its handle") -> JobHandle:
-        """Stop the job (a queued one leaves its pool's queue)."""
-        from .connection import running_agent
+    def cancel(self, reason: str = "cancelled from its handle", timeout: float = CANCEL_WAIT_S) -> JobHandle:
+        """Stop the job (a queued one leaves its pool's queue), whichever process runs it: the
+        detached agent, or the notebook or script that submitted it (its cell ends ``cancelled``
+        with ``reason``); returns once it has ended (``timeout`` s at most: then ``JobFailedError``)."""
+        from ..jobs.pool_queue import is_detached
 
         record = self.record()
         if record.status.is_final:
             return self
+        if is_detached(record):
+            self._cancel_detached(record, reason)
+        else:
+            from ..jobs.cancel import request_cancel
+
+            request_cancel(record, reason)
+        if not wait_for(self.done, timeout=timeout, interval=WAIT_POLL_S):
+            raise JobFailedError(
+                Phrase(
+                    "job {job} is still {status} {timeout} s after the cancel: {submitter} has not "
+                    "stopped it (is the process busy, or gone?)",
+                    job=Value(self.id),
+                    status=self.status(),
+                    timeout=f"{timeout:.0f}",
+                    submitter=record.submitter or "the process that runs it",
+                )
+            )
+        return self
+
+    def _cancel_detached(self, record: JobRecord, reason: str) -> None:
+        from .connection import running_agent
+
         agent = running_agent()
         if agent is None or not agent.cancel(self.id, reason)["cancelled"]:
             raise JobFailedError(
@@ -117,7 +142,6 @@ class JobHandle:
                     submitter=record.submitter or "its submitter is not recorded",
                 )
             )
-        return self
 
     def where(self) -> WhereReport:
         """Where each rank of the running job is (as ``%gpugeek_where``)."""

@@ -33,7 +33,7 @@ from . import rank as rank_side
 from .events import CancelRequested, Events, PoolStopping, WorkerRemoved, rank_event
 from .logs import JobLogs, MetricsCallback
 from .names import RanksHold, Shipment
-from .payload import OUTPUT_TOPIC, CellCode, RankJob, RankOutcome
+from .payload import CANCEL_TOPIC, OUTPUT_TOPIC, CellCode, RankJob, RankOutcome
 from .pool_queue import PoolQueue, WaitCallback
 from .process_group import ProcessGroup, ProcessGroupBuilder
 from .record import JobRecord
@@ -73,6 +73,7 @@ class JobAgent:
         # the newest jobs this agent ran -> ranks whose late output was marked as such
         self._ended: collections.OrderedDict[str, set[int]] = collections.OrderedDict()
         self._subscribed = False
+        self._follows_cancels = False
         self._warm_generation: str | None = None  # the generation whose group every rank has joined
         self.queue = PoolQueue(pool)
         self._waiting: dict[str, str | None] = {}  # job id -> why it is to leave the queue (None: it waits on)
@@ -108,6 +109,7 @@ class JobAgent:
 
             on_progress = TextProgress.through_output(output)
         job_id = request.job_id
+        self._follow_cancels()
         record = JobRecord(self.pool, job_id, request)
         self._waiting[job_id] = None
         try:
@@ -375,6 +377,18 @@ class JobAgent:
         if not self._subscribed:
             self.transport.subscribe(OUTPUT_TOPIC, self._dispatch)
             self._subscribed = True
+
+    def _follow_cancels(self) -> None:
+        """Stop this agent's jobs when another process asks (:mod:`.cancel`), from its first job on
+        (confirmed, so that a cancel sent once the job is in the queue is not missed)."""
+        if not self._follows_cancels:
+            self.transport.subscribe(CANCEL_TOPIC, self._cancel_requested)
+            self._follows_cancels = True
+
+    def _cancel_requested(self, message: dict[str, Any]) -> None:
+        job_id, reason = message.get("job"), message.get("reason")
+        if isinstance(job_id, str):
+            self.cancel(job_id, reason if isinstance(reason, str) and reason else "cancelled from another process")
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         job_id = message.get("job", "")

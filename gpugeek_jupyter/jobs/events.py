@@ -23,8 +23,9 @@ event              emitted by                                      when
                    agent (the scheduler's ``remove-worker`` event)  the layout (it died or was ended)
 ``PoolStopping``   :meth:`.agent.JobAgent.end_job_before_stop`     the pool is about to stop (budget,
                    (the pool's before-stop hook)                   idle timeout, a stop from elsewhere)
-``CancelRequested`` :meth:`.agent.JobAgent.cancel` (another         a detached job is cancelled (its
-                   thread: the agent's client)                     handle's ``cancel()``)
+``CancelRequested`` :meth:`.agent.JobAgent.cancel` (another         the job is cancelled (its handle's
+                   thread; from another process, the agent's       ``cancel()``, the panel's Cancel,
+                   subscription to ``CANCEL_TOPIC``)               :mod:`.cancel`)
 =================  ==============================================  ===================================
 
 The rank-side events carry the ``launch`` they belong to, so that a late word from an earlier

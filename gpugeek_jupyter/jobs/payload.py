@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 OUTPUT_TOPIC = "gpugeek-job-output"  # dask event topic of rank output and early failure notices
+CANCEL_TOPIC = "gpugeek-job-cancel"  # {"job", "reason"}: stop this job, whichever process runs or queues it
 
 
 @dataclass

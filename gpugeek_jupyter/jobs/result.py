@@ -35,7 +35,7 @@ class RankReport:
         if self.status == "died":
             return f"{where}: {self.error}"
         if self.status == "killed":
-            return f"{where} did not stop and its worker was restarted"
+            return f"{where} did not stop when asked (worker process ended and restarted)"
         if self.status == "cancelled":
             return f"{where} stopped"
         if self.peer_failure:

@@ -359,6 +359,31 @@ def ask_scheduler_workers(
             log.info("pool %s: the client asking %s did not close cleanly: %s", pool_name, _name(function), e)
 
 
+def tell_scheduler(
+    address: str,
+    pool_name: str,
+    topic: str,
+    message: dict[str, Any],
+    connect_timeout: float = DIRECT_CONNECT_S,
+    security: Any = None,
+) -> None:
+    """From any process: log ``message`` on ``topic`` at the scheduler at ``address`` (its
+    subscribers, whichever process holds them, receive it), over a short-lived client.
+
+    Raises ``OSError`` or ``TimeoutError`` when the scheduler cannot be reached in ``connect_timeout``.
+    """
+    from distributed import Client
+
+    client = Client(address, set_as_default=False, timeout=connect_timeout, security=security)
+    try:
+        client.log_event(topic, message)
+    finally:
+        try:
+            client.close(timeout=connect_timeout)
+        except Exception as e:  # the message is at the scheduler; only this client's clean-up is lost
+            log.info("pool %s: the client telling %s did not close cleanly: %s", pool_name, topic, e)
+
+
 def own_client(scheduler_address: str, security: Any) -> Any:
     """A dask client of its own to a pool's scheduler (its topic subscriptions are its own: dask has
     one handler per topic and client), for following a job apart from the pool's job agent."""

@@ -404,6 +404,35 @@ class JobMagics(Magics):
         return None
 
     @magic_arguments()
+    @argument("job", nargs="?", default=None, help="the job's id, as %%gpugeek_jobs lists it")
+    @line_magic
+    def gpugeek_cancel(self, line: str) -> None:
+        """Example::
+
+            In [1]: %gpugeek_cancel job-1a2b3c4d
+            [gpugeek] job-1a2b3c4d cancelled: cancelled from notebook b.ipynb
+
+        Stop a running or queued job, whichever notebook, script or detached agent of the user runs
+        it: its ranks stop as when its own cell is interrupted (the cell there ends ``cancelled``,
+        with the reason), a queued job leaves its pool's queue. Returns once the job has ended.
+        """
+        from ..detached import job
+        from ..jobs.pool_queue import this_submitter
+
+        args = parse_options(self.gpugeek_cancel, line, "job-1a2b3c4d")
+        if args.job is None:
+            raise UsageError("name the job to cancel (e.g. %gpugeek_cancel job-1a2b3c4d; see %gpugeek_jobs)")
+        with usage_errors():
+            handle = job(args.job)
+            if handle.record().status.is_final:
+                print(f"[gpugeek] {handle.id} has already ended ({handle.status()})")
+                return
+            handle.cancel(f"cancelled from {this_submitter().label}")
+            final = handle.record()
+        failure = f": {final.failure_reason}" if final.failure_reason else ""
+        print(f"[gpugeek] {handle.id} {final.status.value}{failure}")
+
+    @magic_arguments()
     @pool_arguments("whose jobs to list (default: every pool's)")
     @argument("--limit", default=str(DEFAULT_JOBS_LIMIT), help="how many, newest first")
     @line_magic

@@ -44,10 +44,15 @@ export interface IWhereView {
   error: string | null;
 }
 
-/** What a job row shows for Cancel: only a detached job that has not ended has one. */
+/**
+ * What a job row shows for Cancel: every job that runs or waits has one. A
+ * detached job's agent stops it; any other job is stopped through its pool's
+ * scheduler by the notebook or script that runs it (its cell ends cancelled).
+ */
 export interface ICancelView {
   button: boolean;
   label: string;
+  title: string;
   disabled: boolean;
   error: string | null;
 }
@@ -55,9 +60,11 @@ export interface ICancelView {
 export function cancelView(job: IJobModel, state: IJobCancelState | null): ICancelView {
   const open = job.status === 'running' || job.status === 'queued';
   const asking = state?.asking ?? false;
+  const whose = job.detached ? 'this detached job' : `this job of ${job.submitter ?? 'another process'}`;
   return {
-    button: job.detached && open,
+    button: open,
     label: asking ? 'Cancelling…' : 'Cancel',
+    title: `Stop ${whose} on every rank (a queued one leaves the queue)`,
     disabled: asking,
     error: open ? (state?.error ?? null) : null
   };
@@ -70,8 +77,8 @@ export interface IJobCancelState {
 }
 
 /**
- * Cancels detached jobs through the server (their agent stops them on every
- * rank, or takes them out of the queue) and keeps each request's state.
+ * Cancels jobs through the server (whichever process runs them stops them on
+ * every rank, or takes them out of the queue) and keeps each request's state.
  */
 export class JobCancelTracker {
   private readonly _states = new Map<string, IJobCancelState>();
@@ -520,7 +527,7 @@ function renderCancel(job: IJobModel, tracker: JobCancelTracker): HTMLElement | 
   const button = h('button', {
     class: 'jp-mod-styled jp-mod-warn gpugeek-job-cancel-button',
     text: view.label,
-    title: 'Stop this detached job on every rank (a queued one leaves the queue)',
+    title: view.title,
     on: { click: () => void tracker.cancel(job.id) }
   });
   button.disabled = view.disabled;

@@ -69,17 +69,21 @@ describe('whereView', () => {
 });
 
 describe('cancelView', () => {
-  it('offers Cancel on a detached job that runs or waits, never on an attached or ended one', () => {
+  it('offers Cancel on every job that runs or waits, never on an ended one', () => {
     expect(cancelView(makeJob({ status: 'running', detached: true }), null)).toEqual({
       button: true,
       label: 'Cancel',
+      title: 'Stop this detached job on every rank (a queued one leaves the queue)',
       disabled: false,
       error: null
     });
     expect(cancelView(makeJob({ status: 'queued', detached: true }), null).button).toBe(true);
-    expect(cancelView(makeJob({ status: 'running', detached: false }), null).button).toBe(false);
+    const attached = cancelView(makeJob({ status: 'running', detached: false, submitter: 'notebook a.ipynb' }), null);
+    expect(attached.button).toBe(true);
+    expect(attached.title).toBe('Stop this job of notebook a.ipynb on every rank (a queued one leaves the queue)');
     for (const status of ['succeeded', 'failed', 'cancelled'] as const) {
       expect(cancelView(makeJob({ status, detached: true }), null).button).toBe(false);
+      expect(cancelView(makeJob({ status, detached: false }), null).button).toBe(false);
     }
   });
 

@@ -71,3 +71,29 @@ def test_where_on_a_running_job_shows_each_rank_grouped(
     done = kernel.collect(running, timeout=60)
     assert done.error is None, done.text
     expect(job.locator(".gpugeek-job-where-button")).to_have_count(0, timeout=READY_TIMEOUT_MS)  # it ended
+
+
+@pytest.mark.timeout(240)
+def test_cancel_on_a_notebooks_running_job_ends_its_cell(
+    page: Any, lab: LabServer, kernel: KernelSession, artifacts: Path
+) -> None:
+    """The job runs in the kernel's cell (not detached): the panel's Cancel reaches it through the
+    pool's scheduler, and the cell ends cancelled with the reason."""
+    running = kernel.execute("%%gpugeek_run\nimport time\nfor _ in range(1200): time.sleep(0.1)\nprint('finished')")
+    panel = open_panel(page, lab)
+    widen_sidebar(page, 720)
+    job = panel.locator(".gpugeek-job-row").filter(has=page.locator(".gpugeek-status-running"))
+    button = job.locator(".gpugeek-job-cancel-button")
+    expect(button).to_have_text("Cancel", timeout=READY_TIMEOUT_MS)
+    assert "on every rank" in (button.get_attribute("title") or "")
+    button.click()
+    done = kernel.collect(running, timeout=60)
+
+    assert "finished" not in done.text
+    assert done.error is not None and "cancelled through the Jupyter server" in done.error["evalue"], done.text
+    ended = panel.locator(".gpugeek-job-row").filter(has=page.locator(".gpugeek-status-cancelled"))
+    expect(ended).to_have_count(1, timeout=READY_TIMEOUT_MS)
+    expect(ended.locator(".gpugeek-job-cancel-button")).to_have_count(0)
+    ended.screenshot(path=str(artifacts / "attached-cancelled.png"))
+    again = kernel.run("%%gpugeek_run\nrank")
+    assert again.error is None and "[0, 1]" in again.text, again.text

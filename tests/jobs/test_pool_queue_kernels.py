@@ -166,3 +166,43 @@ def test_no_wait_fails_at_once_naming_the_job_that_holds_the_pool(kernels: list[
         refused.stderr,
     ), refused.stderr
     assert [j.id for j in _jobs(cpu_pool)] == [job_a.id]  # the refused job left no record
+
+
+def test_a_running_job_and_a_queued_one_are_cancelled_from_other_processes(
+    kernels: list[KernelSession], cpu_pool: Any
+) -> None:
+    """Notebook c cancels a's running job with %gpugeek_cancel; this test's own process cancels b's
+    queued one with job(id).cancel(); both kernels hear it through the pool's scheduler."""
+    import gpugeek_jupyter
+
+    a, b, c = kernels
+    first = a.execute(SLOW_CELL.format(seconds=120, name="A"))
+    [job_a] = _wait_for_running(cpu_pool)
+    second = b.execute("%%gpugeek_run\nprint('B ran on', rank)")
+    _wait_for_queued(cpu_pool, 1)
+    job_b = next(j for j in _jobs(cpu_pool) if j.status.value == "queued")
+
+    assert gpugeek_jupyter.job(job_b.id).cancel("cancelled by the test").status() == "cancelled"
+    b_result = b.collect(second, timeout=60)
+    started = time.monotonic()
+    said = c.run(f"%gpugeek_cancel {job_a.id}", timeout=60)
+    a_result = a.collect(first, timeout=60)
+
+    assert "B ran" not in b_result.text
+    assert b_result.error is not None and "cancelled by the test" in b_result.error["evalue"], b_result.text
+    assert said.error is None, said.text
+    # time.sleep ignores the cancel: the ranks' workers are ended, as for an interrupt in a's own kernel
+    assert said.stdout.startswith(
+        f"[gpugeek] {job_a.id} cancelled: job {job_a.id} was cancelled from notebook c.ipynb;"
+    )
+    assert time.monotonic() - started < 20.0  # the rank's sleep is not waited out
+    assert "A done" not in a_result.text
+    assert a_result.error is not None and "cancelled from notebook c.ipynb" in a_result.error["evalue"], a_result.text
+    rows = {j.id: j for j in _jobs(cpu_pool)}
+    assert rows[job_a.id].status.value == "cancelled" and rows[job_b.id].status.value == "cancelled"
+    assert rows[job_b.id].failure_reason.startswith("cancelled while queued: cancelled by the test (waiting for")
+    # the pool serves the next cell as before
+    again = a.run("%%gpugeek_run\nprint('A again on', rank)", timeout=120)
+    assert again.error is None and "A again on 1" in again.text, again.text
+    ended = c.run(f"%gpugeek_cancel {job_a.id}", timeout=30)
+    assert ended.stdout.strip() == f"[gpugeek] {job_a.id} has already ended (cancelled)", ended.text
