@@ -74,6 +74,9 @@ export class GpugeekPanel extends Widget {
   /** Job rows on screen: their running jobs' output is fetched on every poll. */
   private readonly _onScreen: OnScreenRows;
   private readonly _poolsEmpty: HTMLElement;
+  private readonly _glanceBox: HTMLElement;
+  private readonly _glance: HTMLElement;
+  private readonly _glanceSpent: HTMLElement;
   private readonly _recentEmpty: HTMLElement;
   private readonly _recentToggle: HTMLButtonElement;
   private readonly _recentSummary: HTMLElement;
@@ -142,6 +145,12 @@ export class GpugeekPanel extends Widget {
     this._history = new HistoryPager(before => this.api.listEndedPools(before, HISTORY_PAGE_SIZE));
 
     this._recentSummary = h('span', { class: 'gpugeek-recent-summary' });
+    this._glanceSpent = h('span', { class: 'gpugeek-glance-spent' });
+    this._glance = h('span', { class: 'gpugeek-glance-text' });
+    this._glanceBox = h('div', { class: 'gpugeek-glance', attrs: { role: 'status' } }, [
+      this._glance,
+      h('span', { class: 'gpugeek-glance-spend' }, ['spent ', this._glanceSpent])
+    ]);
     this._recentToggle = h(
       'button',
       {
@@ -195,13 +204,17 @@ export class GpugeekPanel extends Widget {
       h('div', { class: 'gpugeek-panel-content' }, [
         // Sticky: the header (and Refresh) stays in view however far the jobs scroll.
         h('header', { class: 'gpugeek-panel-header' }, [
-          h('h2', { text: 'GPU pools' }),
-          h('button', {
-            class: 'jp-mod-styled gpugeek-refresh-button',
-            text: 'Refresh',
-            title: 'Refresh pools and jobs now',
-            on: { click: () => void this._commands.execute(CommandIDs.refreshPools) }
-          })
+          h('div', { class: 'gpugeek-panel-title' }, [
+            h('h2', { text: 'GPU pools' }),
+            h('button', {
+              class: 'jp-mod-styled gpugeek-refresh-button',
+              text: 'Refresh',
+              title: 'Refresh pools and jobs now',
+              on: { click: () => void this._commands.execute(CommandIDs.refreshPools) }
+            })
+          ]),
+          // Pools and spend at a glance, however far the panel scrolls.
+          this._glanceBox
         ]),
         this._outageNode,
         // Live pools come straight under the header: they are what costs money now.
@@ -387,6 +400,9 @@ export class GpugeekPanel extends Widget {
     this._recent.update(view.recent);
     this._older.update(view.older);
     this._recentSummary.textContent = view.recentSummary;
+    this._glance.textContent = view.glance.text;
+    this._glanceSpent.textContent = view.glance.spent;
+    this._glanceBox.title = view.glance.title;
     this._recentEmpty.hidden = view.recent.length > 0;
     this._olderHeading.hidden = view.older.length === 0;
     this._showHistoryState();

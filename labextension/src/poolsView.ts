@@ -6,7 +6,7 @@
  * ended record once.
  */
 
-import { firstLine, formatAgo, formatTimestamp } from './format';
+import { firstLine, formatAgo, formatTimestamp, formatUsd, formatUsdPerHour } from './format';
 import { IJobModel, IPoolModel, IPoolPage, isLive, PoolStatus } from './models';
 
 /** Ended records shown per "Show more" page. */
@@ -41,6 +41,18 @@ export interface IPoolsView {
   older: IEndedPoolRow[];
   /** One line about `recent`: `12 ended · 3 failed · 1 lost`. */
   recentSummary: string;
+  /** The panel header's line: what is live, what it costs, what runs. */
+  glance: IGlance;
+}
+
+/** The header's summary: pools and spend at a glance. */
+export interface IGlance {
+  /** `2 live pools · 6/8 workers · $4.80/h · 1 job running · 2 queued` */
+  text: string;
+  /** `$12.34`: what the live pools and those ended in the last 24 h have cost so far. */
+  spent: string;
+  /** Tooltip that says what the figures count. */
+  title: string;
 }
 
 /** A key unique to one pool record (names repeat across relaunches; a name and its start do not). */
@@ -82,7 +94,38 @@ export function buildPoolsView(
     live,
     recent: recentPools.map(pool => endedRow(pool, now)),
     older: older.map(pool => endedRow(pool, now)),
-    recentSummary: summarizeEnded(recentPools)
+    recentSummary: summarizeEnded(recentPools),
+    glance: glance(listed, jobs)
+  };
+}
+
+/** What the header says about `listed` (live and recently ended pools) and `jobs`. */
+export function glance(listed: readonly IPoolModel[], jobs: readonly IJobModel[]): IGlance {
+  const live = listed.filter(pool => isLive(pool.status));
+  const parts: string[] = [];
+  if (live.length === 0) {
+    parts.push('no live pool');
+  } else {
+    parts.push(`${live.length} live ${live.length === 1 ? 'pool' : 'pools'}`);
+    const ready = live.reduce((sum, pool) => sum + pool.workers_ready, 0);
+    const wanted = live.reduce((sum, pool) => sum + pool.count, 0);
+    parts.push(`${ready}/${wanted} ${wanted === 1 ? 'worker' : 'workers'}`);
+    parts.push(formatUsdPerHour(live.reduce((sum, pool) => sum + pool.usd_per_hour, 0)));
+  }
+  const running = jobs.filter(job => job.status === 'running').length;
+  const queued = jobs.filter(job => job.status === 'queued').length;
+  if (running > 0) {
+    parts.push(`${running} ${running === 1 ? 'job' : 'jobs'} running`);
+  }
+  if (queued > 0) {
+    parts.push(`${queued} queued`);
+  }
+  return {
+    text: parts.join(' · '),
+    spent: formatUsd(listed.reduce((sum, pool) => sum + pool.usd_so_far, 0)),
+    title:
+      'Workers ready of those asked for and the price per hour of the live pools; spent: what the ' +
+      'live pools and those that ended in the last 24 h have cost so far'
   };
 }
 

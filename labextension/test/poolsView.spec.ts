@@ -1,6 +1,7 @@
 import { IPoolModel, IPoolPage } from '../src/models';
 import {
   buildPoolsView,
+  glance,
   HistoryPager,
   poolKey,
   summarizeEnded
@@ -115,6 +116,31 @@ describe('buildPoolsView', () => {
     expect(buildPoolsView([ended('a', '2026-11-30T11:00:00Z')], [], [], NOW).recentSummary).toBe(
       '1 ended'
     );
+  });
+});
+
+describe('glance', () => {
+  it('sums the live pools, their workers and price, the jobs that run or wait, and the spend', () => {
+    const a = makePool({ name: 'a', status: 'ready', count: 4, workers_ready: 4, usd_per_hour: 4, usd_so_far: 2 });
+    const b = makePool({ name: 'b', status: 'starting', count: 4, workers_ready: 1, usd_per_hour: 0.8, usd_so_far: 0.01 });
+    const old = ended('c', '2026-11-30T11:00:00Z', { usd_so_far: 10 });
+    const jobs = [
+      makeJob({ id: 'j1', status: 'running' }),
+      makeJob({ id: 'j2', status: 'queued' }),
+      makeJob({ id: 'j3', status: 'queued' }),
+      makeJob({ id: 'j4', status: 'succeeded' })
+    ];
+    const view = buildPoolsView([a, b, old], jobs, [], NOW).glance;
+    expect(view.text).toBe('2 live pools · 5/8 workers · $4.80/h · 1 job running · 2 queued');
+    expect(view.spent).toBe('$12.01');
+    expect(view.title).toContain('ended in the last 24 h');
+  });
+
+  it('says when nothing is live, in the singular where one is', () => {
+    expect(glance([], []).text).toBe('no live pool');
+    expect(glance([], []).spent).toBe('$0.00');
+    const one = makePool({ status: 'ready', count: 1, workers_ready: 1, usd_per_hour: 0.2 });
+    expect(glance([one], [makeJob({ status: 'running' })]).text).toBe('1 live pool · 1/1 worker · $0.20/h · 1 job running');
   });
 });
 

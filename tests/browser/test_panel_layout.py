@@ -4,6 +4,7 @@ made it (Chromium, 1280 px wide)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +61,10 @@ def test_pools_and_jobs_come_first_the_form_is_collapsed_below_and_controls_look
     expect(toggle).to_have_attribute("aria-expanded", "false")
     expect(panel.locator(".gpugeek-launch-form")).to_be_hidden()
     assert _style(panel.locator(".gpugeek-panel-header"), "position") == "sticky"
+    # pools and spend at a glance, in the header
+    glance = panel.locator(".gpugeek-panel-header .gpugeek-glance")
+    expect(glance.locator(".gpugeek-glance-text")).to_have_text(re.compile(r"^1 live pool · 1/1 worker · \$[0-9.]+/h$"))
+    expect(glance.locator(".gpugeek-glance-spent")).to_have_text(re.compile(r"^\$[0-9.]+$"))
 
     # a link that looks like one: the theme's link colour, underlined
     link = row.locator(".gpugeek-dashboard-link")
