@@ -58,8 +58,9 @@ def in_quantum(amount: float, quantum: Decimal) -> Decimal:
 
 
 def usd_amount(amount: float) -> str:
-    """The number :func:`format_usd` shows, without the currency: '1,234.57', '0.00019'."""
-    return f"{in_quantum(amount, usd_quantum(amount)):,}"
+    """The number :func:`format_usd` shows, without the currency: '1,234.57', '0.00019', and
+    '0.00000016', never Decimal's '1.6E-7'."""
+    return f"{in_quantum(amount, usd_quantum(amount)):,f}"
 
 
 def format_usd(amount: float) -> str:
@@ -175,10 +176,10 @@ class CostBreakdown:
             return f"{whole}: idle share unknown ({_duration(self.unsampled_hours)} without utilization samples)"
         sampled = min(in_quantum(self.sampled_usd, quantum), compute)
         idle = min(in_quantum(self.idle_usd, quantum), sampled)
-        parts = [f"idle {idle:,}", f"busy {sampled - idle:,}"]
+        parts = [f"idle {idle:,f}", f"busy {sampled - idle:,f}"]
         if compute - sampled > 0:
             parts.append(
-                f"unsampled {compute - sampled:,} ({_duration(self.unsampled_hours)} without utilization samples)"
+                f"unsampled {compute - sampled:,f} ({_duration(self.unsampled_hours)} without utilization samples)"
             )
         return f"{whole}: {', '.join(parts)}"
 
@@ -408,8 +409,10 @@ def _slurm_job_ids(
 
 
 def _duration(hours: float) -> str:
-    """'45 s', '12 min', '2.1 h'."""
+    """'0.3 s', '45 s', '12 min', '2.1 h' (a young pool's under 10 s keeps a tenth: never '0 s' for some)."""
     seconds = hours * 3600.0
+    if seconds < 9.95:
+        return f"{seconds:.1f} s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 3600:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 def bar_chart(breakdowns: list[CostBreakdown], title: str = "Cost by pool and job (USD)") -> Figure:
     """A bokeh stacked bar chart per pool and job: compute (busy, idle, and unsampled: time no
     utilization sample covered), storage and network."""
-    from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+    from bokeh.models import BasicTickFormatter, ColumnDataSource, FactorRange, HoverTool
     from bokeh.plotting import figure
 
     labels = [f"{b.pool_name} / {b.job_id}" if b.job_id else b.pool_name for b in breakdowns]
@@ -43,9 +43,17 @@ def bar_chart(breakdowns: list[CostBreakdown], title: str = "Cost by pool and jo
         legend_label=parts,
     )
     fig.add_tools(
-        HoverTool(tooltips=[("", "@label"), ("total USD", "@total{0,0.00}"), ("idle USD", "@{idle compute}{0,0.00}")])
+        HoverTool(
+            tooltips=[
+                ("", "@label"),
+                ("total USD", "@total{0,0.00[0000]}"),
+                ("idle USD", "@{idle compute}{0,0.00[0000]}"),
+            ]
+        )
     )
     fig.yaxis.axis_label = "USD"
+    # plain decimals: a young pool's 0.00015 USD, not bokeh's 1.500e-4
+    fig.yaxis.formatter = BasicTickFormatter(use_scientific=False)
     fig.xaxis.major_label_orientation = 0.6 if len(labels) > 4 else 0.0
     # beside the bars, not over them (inside, the legend covered the first pool's bar)
     legend = fig.legend[0]

@@ -479,7 +479,7 @@ export function renderJobRow(
         text: jobStatusText(job),
         title: job.status === 'queued' ? `waiting for its turn on pool ${job.pool}` : job.status
       }),
-      h('span', { class: 'gpugeek-job-ranks', text: `${job.ranks} ranks` }),
+      h('span', { class: 'gpugeek-job-ranks', text: job.ranks === 1 ? '1 rank' : `${job.ranks} ranks` }),
       h('span', { class: 'gpugeek-job-duration', text: formatDuration(job.duration_s) }),
       h('span', { class: 'gpugeek-job-usd', text: formatUsd(job.usd) })
     ]

@@ -17,6 +17,7 @@ import pytest
 
 from gpugeek_jupyter.widgets.theme import THEMES_SETTINGS
 from support.lab_server import LabServer, start_lab
+from support.panel import PANEL, TAB, pool_row
 
 from .test_inline_widgets import write_notebook
 
@@ -29,8 +30,28 @@ CELLS = [
     "%gpugeek_launch --gpu-type cpu --count 1 --name dark-demo --price 2.50",
     "%gpugeek_monitor --period 0.5",
     "%gpugeek_cost dark-demo --chart --no-jobs",
+    "%%gpugeek_run\nrank",
+    "%gpugeek_cost dark-demo",
     "%gpugeek_stop dark-demo",
 ]
+# what reads text in the side panel: the header's glance, a pool card's name, status, lines and muted text
+PANEL_TEXTS = (
+    ".gpugeek-glance-text",
+    ".gpugeek-glance-spent",
+    ".gpugeek-pool-name",
+    ".gpugeek-pool-capacity",
+    ".gpugeek-pool-cost",
+    ".gpugeek-section h3",
+    ".gpugeek-job-row .gpugeek-status",
+)
+# every cell of a table that shows less than its text (cut, or overflowing its output area)
+CUT_CELLS_JS = """table => {
+  const area = table.closest('.jp-OutputArea-output');
+  const cut = [...table.querySelectorAll('th, td')]
+    .filter(cell => cell.scrollWidth > cell.clientWidth + 1)
+    .map(cell => cell.textContent);
+  return { cut, tableWidth: table.getBoundingClientRect().width, areaWidth: area.getBoundingClientRect().width };
+}"""
 
 # colours as the page computes them: the nearest opaque background up the tree, and the text's colour
 COLOURS_JS = """element => {
@@ -117,6 +138,33 @@ def test_the_card_monitor_and_cost_chart_follow_jupyterlab_dark(
         assert _luminance(corner) < 0.05, f"the {name} is not dark: {corner}"
     cells.nth(2).scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / "dark.png"))
+
+    # the cost summary at 1280 px: no column cut, nothing wider than its output area
+    summary = cells.nth(5).locator(".jp-OutputArea-output table").first
+    expect(summary).to_contain_text("dark-demo", timeout=RUN_TIMEOUT_MS)
+    expect(summary.locator("tbody tr")).to_have_count(2)  # the pool, and its job
+    fit = summary.evaluate(CUT_CELLS_JS)
+    assert fit["cut"] == [] and fit["tableWidth"] <= fit["areaWidth"], fit
+    cells.nth(5).scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts / "cost-summary.png"))
+
+    # the side panel in the dark theme: its text at AA contrast on its own background
+    page.locator(TAB).click()
+    panel = page.locator(PANEL)
+    expect(pool_row(panel, "dark-demo").locator(".gpugeek-status")).to_have_text("ready", timeout=RUN_TIMEOUT_MS)
+    expect(panel.locator(".gpugeek-job-row")).to_have_count(1, timeout=RUN_TIMEOUT_MS)
+    background = panel.evaluate(COLOURS_JS)["background"]
+    assert _luminance(background) < 0.05, f"the panel is not dark: {background}"
+    for selector in PANEL_TEXTS:
+        colours = panel.locator(selector).first.evaluate(COLOURS_JS)
+        ratio = contrast(colours["text"], colours["background"])
+        assert ratio >= 4.5, f"{selector}: contrast {ratio:.2f}:1 ({colours})"
+    job = panel.locator(".gpugeek-job-row").first
+    expect(job.locator(".gpugeek-job-ranks")).to_have_text("1 rank")
+    job_id = job.locator(".gpugeek-job-id")
+    assert job_id.evaluate("node => node.scrollWidth <= node.clientWidth"), job_id.inner_text()  # whole, not cut
+    page.screenshot(path=str(artifacts / "dark-panel.png"))
+    page.locator(TAB).click()  # closed again: the notebook's cells are where the test goes on
 
     cells.nth(len(CELLS) - 1).locator(".jp-InputArea-editor").click()
     page.keyboard.press("Shift+Enter")

@@ -201,6 +201,23 @@ def test_idle_spend_is_unknown_without_samples(clocked_registry, clock):
     assert cost.idle_sentence() == "compute USD 6.97: idle share unknown (1.0 h without utilization samples)"
 
 
+def test_a_young_pools_seconds_without_samples_keep_a_tenth(clocked_registry, clock):
+    # a pool of a few seconds read "unsampled 0.0002 (0 s without utilization samples)"
+    registry = clocked_registry
+    pool = _seventy_thirty_pool(registry)
+    registry.open_worker_interval(pool, "3", "reserved", started_at=T0)
+    clock.at(2.4)
+    registry.heartbeat([pool])
+    assert (
+        pool_cost(registry, pool).idle_sentence().endswith(": idle share unknown (2.4 s without utilization samples)")
+    )
+
+
+def test_money_below_a_millionth_is_shown_in_decimals():
+    assert format_usd(1.6e-7) == "USD 0.00000016"  # Decimal's own text was "1.6E-7"
+    assert format_usd(-2.5e-9) == "USD -0.0000000025"
+
+
 def test_time_without_samples_is_counted_as_unsampled_and_the_parts_add_up_to_the_compute_cost(clocked_registry, clock):
     # %gpugeek_cost once said "USD 16.02 of USD 16.07 went to idle GPUs" of a pool that cost USD 24.67:
     # the split covered only the sampled time, and said so nowhere

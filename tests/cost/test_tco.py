@@ -176,6 +176,7 @@ def test_bar_chart_has_one_bar_per_row_stacked_by_kind(clocked_registry, clock):
     for i, row in enumerate(rows):  # the compute parts add up to the compute cost
         parts = data["busy compute"][i] + data["idle compute"][i] + data["unsampled compute"][i]
         assert parts == pytest.approx(row.compute_usd)
+    assert fig.yaxis[0].formatter.use_scientific is False  # 0.00015 USD, not 1.500e-4
 
 
 def test_since_accepts_dates_and_refuses_other_text():
