@@ -492,48 +492,52 @@ export function renderJobRow(
     },
     [
       summary,
-      where && renderWhere(job, where.tracker),
-      where?.cancel && renderCancel(job, where.cancel),
+      where && renderActions(job, where.tracker, where.cancel),
       output && renderOutput(job, state.selected, output.tracker),
       state.selected && renderJobRecord(state.record ?? job, state)
     ]
   );
 }
 
-function renderWhere(job: IJobModel, tracker: JobWhereTracker): HTMLElement | null {
-  const view = whereView(job, tracker.state(job.id));
-  if (!view.button) {
+/** Where and Cancel side by side, what they answered below them. */
+function renderActions(
+  job: IJobModel,
+  whereTracker: JobWhereTracker,
+  cancelTracker: JobCancelTracker | undefined
+): HTMLElement | null {
+  const where = whereView(job, whereTracker.state(job.id));
+  const cancel = cancelTracker ? cancelView(job, cancelTracker.state(job.id)) : null;
+  if (!where.button && !cancel?.button) {
     return null;
   }
-  const button = h('button', {
-    class: 'jp-mod-styled gpugeek-job-where-button',
-    text: view.label,
-    title: "Show each rank's stack now and the collective it waits in (as %gpugeek_where does)",
-    on: { click: () => void tracker.ask(job.id) }
-  });
-  button.disabled = view.disabled;
-  return h('div', { class: 'gpugeek-job-where' }, [
-    button,
-    view.error && h('div', { class: 'gpugeek-job-error', attrs: { role: 'alert' }, text: view.error }),
-    view.text !== null && h('pre', { class: 'gpugeek-job-where-text', text: view.text })
-  ]);
-}
-
-function renderCancel(job: IJobModel, tracker: JobCancelTracker): HTMLElement | null {
-  const view = cancelView(job, tracker.state(job.id));
-  if (!view.button) {
-    return null;
+  const buttons: HTMLElement[] = [];
+  if (where.button) {
+    const button = h('button', {
+      class: 'jp-mod-styled gpugeek-job-where-button',
+      text: where.label,
+      title: "Show each rank's stack now and the collective it waits in (as %gpugeek_where does)",
+      on: { click: () => void whereTracker.ask(job.id) }
+    });
+    button.disabled = where.disabled;
+    buttons.push(button);
   }
-  const button = h('button', {
-    class: 'jp-mod-styled jp-mod-warn gpugeek-job-cancel-button',
-    text: view.label,
-    title: view.title,
-    on: { click: () => void tracker.cancel(job.id) }
-  });
-  button.disabled = view.disabled;
-  return h('div', { class: 'gpugeek-job-cancel' }, [
-    button,
-    view.error && h('div', { class: 'gpugeek-job-error', attrs: { role: 'alert' }, text: view.error })
+  if (cancel?.button && cancelTracker) {
+    const button = h('button', {
+      class: 'jp-mod-styled jp-mod-warn gpugeek-job-cancel-button',
+      text: cancel.label,
+      title: cancel.title,
+      on: { click: () => void cancelTracker.cancel(job.id) }
+    });
+    button.disabled = cancel.disabled;
+    buttons.push(button);
+  }
+  const error = (text: string | null) =>
+    text && h('div', { class: 'gpugeek-job-error', attrs: { role: 'alert' }, text });
+  return h('div', { class: 'gpugeek-job-actions' }, [
+    h('div', { class: 'gpugeek-job-buttons' }, buttons),
+    where.button && error(where.error),
+    cancel?.button && error(cancel.error),
+    where.button && where.text !== null && h('pre', { class: 'gpugeek-job-where-text', text: where.text })
   ]);
 }
 
