@@ -6,7 +6,7 @@ TORCH_PIN ?= torch==2.13.0
 LAB_PORT ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab demo check docs labextension-build dist wheel-smoke test fuzz browser slurm services mlflow-server bench clean
+.PHONY: setup lab demo check docs labextension-build dist wheel-smoke test fuzz browser slurm services mlflow-server bench screenshots clean
 
 # A virtual environment with torch pinned to the CPU wheel this machine installs, and the package
 # (its labextension is built by hatch-jupyter-builder during the install) with test extras.
@@ -103,6 +103,11 @@ fuzz: setup
 # bench/expected.toml. Then bench/readme_tables.py writes the kept tables into README.md.
 bench: setup
 	status=0; bench/run --check || status=$$?; PYTHONPATH=bench $(PY) bench/readme_tables.py; exit $$status
+
+# The README's screenshots (docs/images/), taken again by the browser tests that check what they
+# show (tests/support/docs_images.py): only those tests run, each replacing its image.
+screenshots: setup browser
+	GPUGEEK_UPDATE_DOCS_SCREENSHOT=1 $(PY) -m pytest -q -p no:cacheprovider $$(grep -l 'keep_for_docs(' tests/browser/test_*.py)
 
 clean:
 	rm -rf $(VENV) labextension/node_modules labextension/lib gpugeek_jupyter/labextension dist site

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from gpugeek_jupyter.widgets.theme import THEMES_SETTINGS
+from support.docs_images import keep_for_docs
 from support.lab_server import LabServer, start_lab
 from support.panel import PANEL, TAB, pool_row
 
@@ -164,6 +165,7 @@ def test_the_card_monitor_and_cost_chart_follow_jupyterlab_dark(
     job_id = job.locator(".gpugeek-job-id")
     assert job_id.evaluate("node => node.scrollWidth <= node.clientWidth"), job_id.inner_text()  # whole, not cut
     page.screenshot(path=str(artifacts / "dark-panel.png"))
+    keep_for_docs(artifacts / "dark-panel.png", "dark-theme.png")
     page.locator(TAB).click()  # closed again: the notebook's cells are where the test goes on
 
     cells.nth(len(CELLS) - 1).locator(".jp-InputArea-editor").click()

@@ -10,19 +10,17 @@ widgets rendered and move, then stops the pool from the notebook. With
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support.docs_images import keep_for_docs
 from support.lab_server import LabServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "inline-widgets.png"
 CELLS = [
     "%load_ext gpugeek_jupyter",
     "%gpugeek_launch --gpu-type cpu --count 2 --name widgets-demo --price 2.50 --budget 5",
@@ -90,9 +88,7 @@ def test_pool_card_cost_meter_and_utilization_panel_render_and_move(
     assert meter.inner_text() != first_cost, "the cost meter did not move"
     cells.nth(2).scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / "inline-widgets.png"))
-    if os.environ.get("GPUGEEK_UPDATE_DOCS_SCREENSHOT") == "1":
-        DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(artifacts / "inline-widgets.png", DOCS_SCREENSHOT)
+    keep_for_docs(artifacts / "inline-widgets.png", "inline-widgets.png")
 
     # the job's value comes back, then the pool is stopped from the notebook
     expect(cells.nth(3).locator(".jp-OutputArea-output").last).to_contain_text("[0, 1]", timeout=RUN_TIMEOUT_MS)

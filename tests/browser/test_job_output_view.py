@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from support.docs_images import keep_for_docs
 from support.kernel import KernelSession
 from support.lab_server import LabServer
 from support.panel import READY_TIMEOUT_MS, expect, open_panel, widen_sidebar
@@ -145,6 +146,7 @@ def test_a_failed_jobs_view_ends_with_the_ranks_traceback_and_copies_its_full_id
         duration
     )
     row.screenshot(path=str(artifacts / "failed-job-view.png"))
+    keep_for_docs(artifacts / "failed-job-view.png", "failed-job-view.png")
 
 
 @pytest.mark.timeout(240)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from support.docs_images import keep_for_docs
 from support.kernel import KernelSession
 from support.lab_server import LabServer
 from support.panel import READY_TIMEOUT_MS, expect, open_panel, widen_sidebar
@@ -66,6 +67,7 @@ def test_where_on_a_running_job_shows_each_rank_grouped(
         assert "cell:4 in <module>: while not os.path.exists(release): time.sleep(0.05)" in shown
         job.scroll_into_view_if_needed()
         job.screenshot(path=str(artifacts / "job-where.png"))
+        keep_for_docs(artifacts / "job-where.png", "job-where.png")
     finally:
         release.touch()
     done = kernel.collect(running, timeout=60)

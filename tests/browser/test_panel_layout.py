@@ -14,6 +14,7 @@ import pytest
 
 from gpugeek_jupyter.store import PoolStatus, Registry
 from support.agent import agent_stopped_afterwards
+from support.docs_images import keep_for_docs
 from support.kernel import KernelSession, magics_kernel
 from support.lab_server import LabServer
 from support.panel import (
@@ -169,6 +170,7 @@ def test_form_errors_use_the_forms_labels_mark_gpus_this_machine_lacks_and_clear
     expect(error).to_contain_text("pick GPU type cpu for a local pool")
     assert '"gpu_type"' not in error.inner_text() and "gpu_type" not in error.inner_text()
     page.screenshot(path=str(artifacts / "form-error.png"))
+    keep_for_docs(artifacts / "form-error.png", "form-error.png")
     posts: list[str] = []
     page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
     panel.locator(".gpugeek-launch-button").click()

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from support.docs_images import keep_for_docs
 from support.kernel import KernelSession
 from support.lab_server import LabServer
 from support.panel import READY_TIMEOUT_MS, expect, open_panel
@@ -61,6 +62,7 @@ def test_the_monitor_opens_as_a_tab_draws_each_worker_and_is_restored_after_a_re
         assert time.monotonic() < deadline, "the monitor's lines did not grow"
         time.sleep(0.5)
     tab.screenshot(path=str(artifacts / "monitor-tab.png"))
+    keep_for_docs(artifacts / "monitor-tab.png", "monitor-tab.png")
 
     time.sleep(2)  # JupyterLab saves the layout to the workspace shortly after a change
     page.reload()

@@ -10,21 +10,19 @@ replaces ``docs/images/progress-bars.png``.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support.docs_images import keep_for_docs
 from support.lab_server import LabServer
 
 from .test_inline_widgets import expect, write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "progress-bars.png"
 SETUP = """\
 import gpugeek_jupyter
 from gpugeek_jupyter.jobs import run_cell
@@ -127,9 +125,7 @@ def test_rank_bars_render_move_and_end_at_100_percent(
     assert len(widths) >= 3, f"the grouped bar did not move: {widths}"
     nested.scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / "progress-bars.png"))
-    if os.environ.get("GPUGEEK_UPDATE_DOCS_SCREENSHOT") == "1":
-        DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(artifacts / "progress-bars.png", DOCS_SCREENSHOT)
+    keep_for_docs(artifacts / "progress-bars.png", "progress-bars.png")
 
     expect(nested.locator(".jp-OutputArea-output").last).to_contain_text("True", timeout=RUN_TIMEOUT_MS)
     finished = bars_of(nested)

@@ -13,8 +13,6 @@ the one of a live pool above an afternoon's ended pools also replaces ``docs/ima
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +24,7 @@ import pytest
 from gpugeek_jupyter.pricing import prices_in_force
 from gpugeek_jupyter.spec import LAUNCH_FIELDS, PoolSpec
 from gpugeek_jupyter.store import JobStatus, PoolStatus, Registry
+from support.docs_images import keep_for_docs
 from support.kernel import KernelSession, magics_kernel
 from support.lab_server import LabServer, start_lab
 from support.panel import (
@@ -41,8 +40,6 @@ from support.panel import (
 from support.processes import alive, wait_until_gone
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "side-panel.png"
 
 
 def usd_so_far(row: Any) -> float:
@@ -276,9 +273,7 @@ def test_live_pool_comes_first_and_ended_pools_wait_collapsed_in_recent_with_old
         expect(panel.locator(".gpugeek-stop-button")).to_have_count(1)  # the live pool's only
         expect(panel.locator(".gpugeek-ended-row button")).to_have_count(0)
         page.screenshot(path=str(artifacts / "2-recent-open.png"))
-        if os.environ.get("GPUGEEK_UPDATE_DOCS_SCREENSHOT") == "1":
-            DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(artifacts / "2-recent-open.png", DOCS_SCREENSHOT)
+        keep_for_docs(artifacts / "2-recent-open.png", "side-panel.png")
 
         # Show more pages through the history, each record once, newest first
         older_rows = panel.locator(".gpugeek-older-list .gpugeek-ended-row")
