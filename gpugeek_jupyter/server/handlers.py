@@ -31,6 +31,7 @@ from .launch_request import launch_request_schema, parse_launch_body
 from .queries import (
     parse_changes_query,
     parse_jobs_query,
+    parse_metrics_query,
     parse_output_query,
     parse_pools_query,
     parse_team_query,
@@ -126,7 +127,8 @@ class PoolMetricsHandler(GpugeekHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str) -> None:
-        await self.answer(self.service.metrics, name)
+        query = parse_metrics_query({key: self.get_query_argument(key) for key in self.request.query_arguments})
+        await self.answer(self.service.metrics, name, query.since)
 
 
 class JobsHandler(GpugeekHandler):

@@ -14,6 +14,9 @@ parameter and a valid example, phrased for the request (names and values as JSON
                                                or after ``wait`` seconds (25, at most 60)
 ``GET /gpugeek/team[?since=D][&until=D]``      the team's spend per user and GPU type (``&user=NAME``:
                                                one user's); dates as ``2026-11-01``
+``GET /gpugeek/pools/<name>/metrics[?since=T]``  the newest sample of each GPU (or CPU worker); with
+                                               ``since`` (seconds since the epoch) every sample the
+                                               workers keep that is newer (their last 10 minutes)
 =============================================  ==========================================================
 
 A bare key without a value is JupyterLab's cache-buster (``ServerConnection`` adds ``?<timestamp>``):
@@ -53,6 +56,7 @@ JOBS_PARAMETERS = ("pool", "limit")
 OUTPUT_PARAMETERS = ("lines", "since", "limit")
 CHANGES_PARAMETERS = ("since", "wait")
 TEAM_PARAMETERS = ("since", "until", "user")
+METRICS_PARAMETERS = ("since",)
 DEFAULT_CHANGES_WAIT = 25  # seconds: under proxies' usual 60 s idle timeout
 MAX_CHANGES_WAIT = 60
 
@@ -221,3 +225,35 @@ def parse_team_query(arguments: Mapping[str, str | None]) -> TeamQuery:
     """
     given = _given(arguments, TEAM_PARAMETERS, "GET /gpugeek/team", "?since=2026-11-01&user=ada")
     return TeamQuery(since=given.get("since"), until=given.get("until"), user=given.get("user"))
+
+
+@dataclass(frozen=True)
+class MetricsQuery:
+    """Which samples ``GET /gpugeek/pools/<name>/metrics`` answers with: the newest of each device,
+    or (``since``, seconds since the epoch) every kept sample newer than that."""
+
+    since: float | None = None
+
+
+def parse_metrics_query(arguments: Mapping[str, str | None]) -> MetricsQuery:
+    """A :class:`MetricsQuery`.
+
+    >>> parse_metrics_query({"since": "1796000000.5"})
+    MetricsQuery(since=1796000000.5)
+    """
+    given = _given(arguments, METRICS_PARAMETERS, "GET /gpugeek/pools/<name>/metrics", "?since=1796000000")
+    if "since" not in given:
+        return MetricsQuery()
+    raw = given["since"]
+    try:
+        since = float(raw)
+    except ValueError:
+        since = float("nan")
+    if not 0 <= since < 1e11:  # NaN and infinities fail too
+        raise SpecError(
+            Phrase("{field} must be {rule}, got {value} (e.g. {query})", query="?since=1796000000"),
+            field="since",
+            value=raw,
+            rule="a time in seconds since the epoch",
+        )
+    return MetricsQuery(since=since)

@@ -226,21 +226,24 @@ class GpugeekService:
         self._forget_client(record.scheduler_address)
         return {"pool": self._pool_model(record)}
 
-    def metrics(self, name: str) -> dict[str, Any]:
-        """The newest sample of every GPU (or CPU worker), read from the pool's own workers."""
-        from ..telemetry import latest_from_workers
+    def metrics(self, name: str, since: float | None = None) -> dict[str, Any]:
+        """The newest sample of every GPU (or CPU worker), read from the pool's own workers; with
+        ``since``, every sample they keep that is newer (a monitor filling its window). ``status``
+        is the pool's, so that a monitor can say the pool ended rather than go quiet."""
+        from ..telemetry import latest_from_workers, recent_from_workers
 
         record = self.registry.latest_pool(name)
-        if record.status.value != "ready" or not record.scheduler_address:
-            return {"samples": [], "reason": f"pool '{name}' is {record.status.value}"}
+        status = record.status.value
+        if status != "ready" or not record.scheduler_address:
+            return {"samples": [], "reason": f"pool '{name}' is {status}", "status": status}
         try:
             client = self._client_for(record)
         except (OSError, TimeoutError) as e:
-            return {"samples": [], "reason": f"the pool's scheduler does not answer: {e}"}
+            return {"samples": [], "reason": f"the pool's scheduler does not answer: {e}", "status": status}
         except GpugeekError as e:  # e.g. its TLS credentials are not this user's
-            return {"samples": [], "reason": str(e)}
-        samples, reason = latest_from_workers(client)
-        return {"samples": samples, "reason": reason}
+            return {"samples": [], "reason": str(e), "status": status}
+        samples, reason = latest_from_workers(client) if since is None else recent_from_workers(client, since)
+        return {"samples": samples, "reason": reason, "status": status}
 
     def _client_for(self, record: PoolRecord) -> Any:
         """A dask client of ``record``'s scheduler: the server's own pool's, else one kept per address,

@@ -28,13 +28,14 @@ import math
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._buffer import RingBuffer
 from ._feed import TelemetryFeed, WorkerTelemetry
-from ._schema import COLUMNS, SCHEMA, columns_from_rows, concat_columns, to_frame
+from ._schema import COLUMNS, SCHEMA, Columns, columns_from_rows, concat_columns, select, to_frame
 from ._summary import latest_rows, summarize
 from ._worker import PLUGIN_NAME, TelemetryPlugin, drain
 
@@ -56,6 +57,7 @@ __all__ = [
     "job_summary",
     "latest",
     "latest_from_workers",
+    "recent_from_workers",
     "metrics",
     "set_period",
     "uninstall",
@@ -213,6 +215,24 @@ def latest_from_workers(client: Any, timeout: float = 5.0) -> tuple[list[dict[st
     keeps without consuming them (the owner's feed has its own cursor), over ``client.run``.
     Returns JSON-ready rows and, when there are none, why. Never raises.
     """
+    return _from_workers(client, timeout, latest_rows)
+
+
+def recent_from_workers(client: Any, since: float, timeout: float = 5.0) -> tuple[list[dict[str, Any]], str | None]:
+    """As :func:`latest_from_workers`, every kept sample taken after ``since`` (seconds since the
+    epoch, the workers' clocks), oldest first: what each worker's sampler keeps (its last
+    ``TelemetryPlugin.keep`` samples, 10 minutes at the default period)."""
+
+    def newer(columns: Columns) -> Columns:
+        kept = np.flatnonzero(columns["time"] > since)
+        return select(columns, kept[np.argsort(columns["time"][kept], kind="stable")])
+
+    return _from_workers(client, timeout, newer)
+
+
+def _from_workers(
+    client: Any, timeout: float, choose: Callable[[Columns], Columns]
+) -> tuple[list[dict[str, Any]], str | None]:
     try:
         answers = client.run(drain, since=None, on_error="return", callback_timeout=timeout)
     except Exception as e:
@@ -226,7 +246,7 @@ def latest_from_workers(client: Any, timeout: float = 5.0) -> tuple[list[dict[st
             reasons.add("no telemetry sampler on the pool's workers")
             continue
         batches.append(columns_from_rows(answer["rows"], address, answer["name"], answer["host"]))
-    columns = latest_rows(concat_columns(batches))
+    columns = choose(concat_columns(batches))
     rows = [{name: _json_value(columns[name][i]) for name in COLUMNS} for i in range(len(columns["time"]))]
     return rows, None if rows else (", ".join(sorted(reasons)) or "no samples yet")
 

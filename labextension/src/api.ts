@@ -81,8 +81,13 @@ export class GpugeekApi {
     return body.pool;
   }
 
-  async poolMetrics(name: string): Promise<IPoolMetrics> {
-    return this.call<IPoolMetrics>('GET', `pools/${encodeURIComponent(name)}/metrics`);
+  /**
+   * The newest sample of each GPU (or CPU worker) of pool `name`; with `since`
+   * (seconds since the epoch), every sample the workers keep that is newer.
+   */
+  async poolMetrics(name: string, since?: number): Promise<IPoolMetrics> {
+    const query = since === undefined ? '' : `?since=${since}`;
+    return this.call<IPoolMetrics>('GET', `pools/${encodeURIComponent(name)}/metrics${query}`);
   }
 
   async listJobs(): Promise<IJobModel[]> {

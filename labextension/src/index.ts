@@ -132,7 +132,16 @@ function addMonitor(app: JupyterFrontEnd, api: GpugeekApi, restorer: ILayoutRest
         app.shell.activateById(open.id);
         return open;
       }
-      const widget = new MainAreaWidget({ content: new PoolMonitor(api, name) });
+      const monitor = new PoolMonitor(api, name, {
+        windowS: typeof args.window === 'number' ? args.window : undefined,
+        onWindowChanged: changed => {
+          const kept = tracker.find(widget => widget.content === changed);
+          if (kept) {
+            void tracker.save(kept); // the restored tab keeps the window
+          }
+        }
+      });
+      const widget = new MainAreaWidget({ content: monitor });
       widget.id = monitorId(name);
       widget.title.label = `Monitor: ${name}`;
       widget.title.icon = gpuIcon;
@@ -147,7 +156,7 @@ function addMonitor(app: JupyterFrontEnd, api: GpugeekApi, restorer: ILayoutRest
   });
   void restorer?.restore(tracker, {
     command: CommandIDs.openMonitor,
-    args: widget => ({ name: widget.content.poolName }),
+    args: widget => ({ name: widget.content.poolName, window: widget.content.windowS }),
     name: widget => widget.content.poolName
   });
 }

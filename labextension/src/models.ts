@@ -236,6 +236,8 @@ export interface IPoolMetrics {
   samples: Record<string, unknown>[];
   /** Why there are no samples (for example no NVML on the workers). */
   reason: string | null;
+  /** The pool's status: a monitor says the pool ended instead of going quiet. */
+  status?: PoolStatus;
 }
 
 export const POOL_STATUSES: readonly PoolStatus[] = [

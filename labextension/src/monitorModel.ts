@@ -1,11 +1,24 @@
 /**
- * The pool monitor's data: what `GET /gpugeek/pools/<name>/metrics` answered
- * on each poll (the newest sample of every GPU or CPU worker), kept per
- * device over a sliding window (5 minutes by default) and turned into the
- * polylines the monitor draws. Pure: tested in Node.
+ * The pool monitor's data: what `GET /gpugeek/pools/<name>/metrics?since=T`
+ * answered on each poll (every sample of every GPU or CPU worker newer than
+ * the last one seen; the workers keep their last 10 minutes), kept per device
+ * over a sliding window (5 minutes by default, chosen in the tab) and turned
+ * into the polylines the monitor draws. Pure: tested in Node.
  */
 
 export const MONITOR_WINDOW_S = 300;
+/** The windows the monitor offers, in seconds; past 10 minutes it fills while the tab is open. */
+export const MONITOR_WINDOWS_S: readonly number[] = [60, 300, 600, 1800, 3600];
+
+/** `1 minute`, `5 minutes`, `1 hour`. */
+export function windowLabel(seconds: number): string {
+  if (seconds >= 3600 && seconds % 3600 === 0) {
+    const hours = seconds / 3600;
+    return `${hours} ${hours === 1 ? 'hour' : 'hours'}`;
+  }
+  const minutes = Math.round(seconds / 60);
+  return `${minutes} ${minutes === 1 ? 'minute' : 'minutes'}`;
+}
 
 /** One chart of the monitor: a sample field and how to show it. */
 export interface IMonitorMetric {
@@ -23,7 +36,11 @@ export const MONITOR_METRICS: readonly IMonitorMetric[] = [
   { field: 'mem_used_bytes', title: 'GPU memory', scale: 1 / 2 ** 30, unit: 'GiB', max: null },
   { field: 'power_w', title: 'GPU power', scale: 1, unit: 'W', max: null },
   { field: 'cpu_pct', title: 'CPU', scale: 1, unit: '%', max: null },
-  { field: 'rss_bytes', title: 'Memory (RSS)', scale: 1 / 2 ** 30, unit: 'GiB', max: null }
+  { field: 'rss_bytes', title: 'Memory (RSS)', scale: 1 / 2 ** 30, unit: 'GiB', max: null },
+  { field: 'pcie_rx_mb_s', title: 'PCIe receive', scale: 1, unit: 'MB/s', max: null },
+  { field: 'pcie_tx_mb_s', title: 'PCIe transmit', scale: 1, unit: 'MB/s', max: null },
+  { field: 'nvlink_rx_mb_s', title: 'NVLink receive', scale: 1, unit: 'MB/s', max: null },
+  { field: 'nvlink_tx_mb_s', title: 'NVLink transmit', scale: 1, unit: 'MB/s', max: null }
 ];
 
 export interface IPoint {
@@ -43,7 +60,10 @@ export class MonitorSeries {
   /** field -> device -> points, oldest first. */
   private readonly _points = new Map<string, Map<string, IPoint[]>>();
 
-  constructor(readonly windowS: number = MONITOR_WINDOW_S) {}
+  /** The newest sample time seen (seconds since the epoch); null before the first. */
+  newest: number | null = null;
+
+  constructor(public windowS: number = MONITOR_WINDOW_S) {}
 
   /** Add one poll's samples; a sample seen before (same device and time) is not added twice. */
   add(samples: readonly Record<string, unknown>[]): void {
@@ -64,13 +84,12 @@ export class MonitorSeries {
         this._points.set(metric.field, byDevice);
         const points = byDevice.get(device) ?? [];
         byDevice.set(device, points);
-        if (points.length === 0 || points[points.length - 1].t < t) {
-          points.push({ t, v: raw * metric.scale });
-        }
+        insertPoint(points, { t, v: raw * metric.scale });
       }
     }
     if (Number.isFinite(newest)) {
-      this._trim(newest - this.windowS);
+      this.newest = Math.max(this.newest ?? -Infinity, newest);
+      this._trim(this.newest - this.windowS);
     }
   }
 
@@ -98,6 +117,18 @@ export class MonitorSeries {
       }
     }
   }
+}
+
+/** Put `point` in time order (a window widened later brings older samples); one per time. */
+function insertPoint(points: IPoint[], point: IPoint): void {
+  let index = points.length;
+  while (index > 0 && points[index - 1].t > point.t) {
+    index -= 1;
+  }
+  if (index > 0 && points[index - 1].t === point.t) {
+    return;
+  }
+  points.splice(index, 0, point);
 }
 
 /**

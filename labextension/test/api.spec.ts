@@ -136,16 +136,19 @@ describe('GpugeekApi', () => {
       json({ jobs: [job] }),
       json({ job }),
       json(metrics),
+      json(metrics),
       json(CATALOG)
     );
     await expect(api.listJobs()).resolves.toEqual([job]);
     await expect(api.getJob('job-1')).resolves.toEqual(job);
     await expect(api.poolMetrics('pool-1')).resolves.toEqual(metrics);
+    await expect(api.poolMetrics('pool-1', 1796000000.5)).resolves.toEqual(metrics);
     await expect(api.getCatalog()).resolves.toEqual(CATALOG);
     expect(calls.map(call => call.path)).toEqual([
       'gpugeek/jobs',
       'gpugeek/jobs/job-1',
       'gpugeek/pools/pool-1/metrics',
+      'gpugeek/pools/pool-1/metrics?since=1796000000.5',
       'gpugeek/catalog'
     ]);
   });

@@ -1,4 +1,4 @@
-import { deviceKey, MonitorSeries, polylinePoints } from '../src/monitorModel';
+import { deviceKey, MonitorSeries, polylinePoints, windowLabel } from '../src/monitorModel';
 
 const T = 1_764_700_000;
 
@@ -27,6 +27,25 @@ describe('MonitorSeries', () => {
     expect(series.shown().map(m => m.title)).toEqual(['CPU', 'Memory (RSS)']);
   });
 
+  it('takes older samples in time order when the window widens, each time once, and knows the newest', () => {
+    const series = new MonitorSeries(60);
+    series.add([cpu(T + 100, '0', 3), cpu(T + 110, '0', 4)]);
+    expect(series.newest).toBe(T + 110);
+    series.windowS = 600;
+    series.add([cpu(T, '0', 1), cpu(T + 50, '0', 2), cpu(T + 100, '0', 3), cpu(T + 110, '0', 4)]);
+    expect(series.series('cpu_pct')[0][1].map(p => p.v)).toEqual([1, 2, 3, 4]);
+    expect(series.newest).toBe(T + 110);
+    series.windowS = 60; // narrowed: the next answer trims what is older than the window
+    series.add([cpu(T + 120, '0', 5)]);
+    expect(series.series('cpu_pct')[0][1].map(p => p.v)).toEqual([3, 4, 5]);
+  });
+
+  it("draws a GPU's PCIe and NVLink traffic when its samples have them", () => {
+    const series = new MonitorSeries();
+    series.add([{ time: T, worker_name: '0', gpu: 0, sm_util_pct: 50, pcie_rx_mb_s: 120, nvlink_tx_mb_s: 900 }]);
+    expect(series.shown().map(m => m.title)).toEqual(['GPU SM', 'PCIe receive', 'NVLink transmit']);
+  });
+
   it('orders devices by rank as numbers and names a worker GPU', () => {
     const series = new MonitorSeries();
     series.add([cpu(T, '10', 1), cpu(T, '2', 1)]);
@@ -43,5 +62,17 @@ describe('polylinePoints', () => {
       { t: 100, v: 150 }
     ];
     expect(polylinePoints(points, 0, 100, 100, 200, 100)).toBe('0.0,100.0 100.0,50.0 200.0,0.0');
+  });
+});
+
+describe('windowLabel', () => {
+  it('names windows in minutes and hours', () => {
+    expect([60, 300, 600, 3600, 7200].map(windowLabel)).toEqual([
+      '1 minute',
+      '5 minutes',
+      '10 minutes',
+      '1 hour',
+      '2 hours'
+    ]);
   });
 });

@@ -1,5 +1,6 @@
 """The pool's monitor as a JupyterLab main-area tab: opened from the panel's pool row, drawing the
-pool's metrics, and restored with the layout after a reload of the page.
+pool's metrics, restored with the layout (and the window the user picked) after a reload of the
+page, and saying so once the pool has stopped.
 
 Screenshots go to ``test-artifacts/browser/<test>/``.
 """
@@ -73,3 +74,24 @@ def test_the_monitor_opens_as_a_tab_draws_each_worker_and_is_restored_after_a_re
         2, timeout=READY_TIMEOUT_MS
     )
     assert page.locator(TAB).count() == 1  # restored once, not beside a second copy
+    window = restored.locator("select.gpugeek-monitor-window")
+    expect(window).to_have_value("300")  # 5 minutes at first
+    window.select_option("60")
+    expect(restored.locator(".gpugeek-monitor-title")).to_have_text("Pool watched, last")
+
+    time.sleep(2)
+    page.reload()
+    page.locator("#jupyterlab-splash").wait_for(state="detached")
+    again = page.locator(TAB)
+    expect(again.locator("select.gpugeek-monitor-window")).to_have_value("60", timeout=READY_TIMEOUT_MS)  # kept
+    expect(again.locator('.gpugeek-monitor-chart[data-metric="cpu_pct"] polyline')).to_have_count(
+        2, timeout=READY_TIMEOUT_MS
+    )
+
+    # the pool stops: the tab says so (and stops asking) instead of showing its last numbers as live
+    stopped = kernel.run("%gpugeek_stop watched")
+    assert stopped.error is None, stopped.text
+    expect(again.locator(".gpugeek-monitor-status")).to_have_text(
+        "Pool watched is stopped: the charts end at its last sample.", timeout=READY_TIMEOUT_MS
+    )
+    expect(again.locator('.gpugeek-monitor-chart[data-metric="cpu_pct"] polyline')).to_have_count(2)

@@ -132,10 +132,23 @@ async def test_pool_launched_by_another_process_is_listed_and_stopped_by_delete(
         # machine, no GPU visible to the worker)
         assert samples[0]["gpu"] == NO_GPU and samples[0]["gpu_name"] is None, samples[0]
         assert "NVML" in samples[0]["no_gpu_reason"] or "no GPU visible" in samples[0]["no_gpu_reason"], samples[0]
+        assert metrics["status"] == "ready"
+
+        # ?since=: every sample the worker keeps after that time, oldest first (a monitor's window)
+        first = samples[0]["time"]
+        await asyncio.sleep(2.5)  # a sample a second
+        status, window = await api("GET", "pools", "from-kernel", "metrics", params={"since": str(first - 60)})
+        times = [row["time"] for row in window["samples"]]
+        assert status == 200 and len(times) >= 3 and times == sorted(times), window
+        assert first in times and all(row["worker_name"] == "0" for row in window["samples"])
+        _, newer = await api("GET", "pools", "from-kernel", "metrics", params={"since": str(times[-2])})
+        assert [row["time"] for row in newer["samples"]] == times[-1:] or newer["samples"][0]["time"] > times[-2]
 
         status, body = await api("DELETE", "pools", "from-kernel")
         assert (status, body["pool"]["status"]) == (200, "stopped")
         assert "another process" in body["pool"]["reason"]
+        _, ended = await api("GET", "pools", "from-kernel", "metrics")
+        assert (ended["samples"], ended["status"]) == ([], "stopped")  # the monitor can say so
         await wait_until_gone(pids)
         assert other.poll() is None  # its own heartbeat stopped the pool; the process lives on
     finally:

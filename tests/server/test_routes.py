@@ -131,6 +131,16 @@ async def test_metrics_say_why_there_are_no_samples(api: Fetch) -> None:
     assert body["samples"] == [] and "scheduler does not answer" in body["reason"]
 
 
+@pytest.mark.parametrize("since", ["yesterday", "-5", "inf", "nan", "1e12"])
+async def test_metrics_since_must_be_a_time(api: Fetch, since: str) -> None:
+    registered_pool("quiet")
+    status, body = await api("GET", "pools", "quiet", "metrics", params={"since": since})
+    assert status == 400, body
+    assert body["message"] == (
+        f'"since" must be a time in seconds since the epoch, got "{since}" (e.g. ?since=1796000000)'
+    )
+
+
 async def test_jobs_are_listed_and_fetched_by_id(api: Fetch) -> None:
     record = registered_pool("busy")
     get_registry().add_job("job-7", record.id, record.name, "torchrun", "ef" * 32, ranks=2, hyperparams={"lr": 0.01})
