@@ -17,6 +17,7 @@ import {
   IWhereReport
 } from './models';
 import { IScheduleModel, ScheduleAction } from './scheduleRows';
+import { IJobMetrics } from './jobMetricsModel';
 
 /** Sends a request to a path relative to the server's base URL. */
 export type RequestFn = (path: string, init: RequestInit) => Promise<Response>;
@@ -132,6 +133,11 @@ export class GpugeekApi {
   }
 
   /** The ranks' states and the last `lines` lines of their output, grouped (read from the job's logs). */
+  /** The values job `id`'s ranks logged with `gg.log`, as kept with the job. */
+  async jobMetrics(id: string): Promise<IJobMetrics> {
+    return this.call<IJobMetrics>('GET', `jobs/${encodeURIComponent(id)}/metrics`);
+  }
+
   async jobOutput(id: string, lines?: number): Promise<IJobOutput> {
     const query = lines === undefined ? '' : `?lines=${lines}`;
     return this.call<IJobOutput>('GET', `jobs/${encodeURIComponent(id)}/output${query}`);

@@ -7,5 +7,7 @@ export const CommandIDs = {
   /** Args: `{ name: string }` */
   usePool: 'gpugeek:use-pool',
   /** Args: `{ name?: string }` (asked for when missing, as from the palette) */
-  openMonitor: 'gpugeek:open-monitor'
+  openMonitor: 'gpugeek:open-monitor',
+  /** Args: `{ id?: string }` (asked for when missing) */
+  openJob: 'gpugeek:open-job'
 } as const;

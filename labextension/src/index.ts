@@ -26,6 +26,7 @@ import { CommandIDs } from './commands';
 import { gpuIcon } from './icons';
 import { insertPoolMagic, notebookOf, poolMagic } from './notebook';
 import { DEFAULT_REFRESH_PERIOD_SECONDS, GpugeekPanel, PANEL_ID } from './panel';
+import { JobTab, jobTabId } from './jobTab';
 import { monitorId, PoolMonitor } from './monitorWidget';
 import { makeServerRequest } from './request';
 import { SCHEDULES_PANEL_ID, SchedulesPanel } from './schedulesPanel';
@@ -63,8 +64,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const lastNotebook = trackLastNotebook(app, labShell);
     addCommands(app, panel, lastNotebook);
     addMonitor(app, new GpugeekApi(makeServerRequest()), restorer);
+    addJobTabs(app, new GpugeekApi(makeServerRequest()), restorer);
     if (palette) {
-      for (const command of [CommandIDs.showPanel, CommandIDs.refreshPools, CommandIDs.openMonitor]) {
+      for (const command of [
+        CommandIDs.showPanel,
+        CommandIDs.refreshPools,
+        CommandIDs.openMonitor,
+        CommandIDs.openJob
+      ]) {
         palette.addItem({ command, category: PALETTE_CATEGORY });
       }
     }
@@ -158,6 +165,48 @@ function addMonitor(app: JupyterFrontEnd, api: GpugeekApi, restorer: ILayoutRest
     command: CommandIDs.openMonitor,
     args: widget => ({ name: widget.content.poolName, window: widget.content.windowS }),
     name: widget => widget.content.poolName
+  });
+}
+
+/**
+ * Jobs as main-area tabs (their output and logged values), one per job,
+ * restored with the layout by the job's id.
+ */
+function addJobTabs(app: JupyterFrontEnd, api: GpugeekApi, restorer: ILayoutRestorer | null): void {
+  const tracker = new WidgetTracker<MainAreaWidget<JobTab>>({ namespace: 'gpugeek-job' });
+  app.commands.addCommand(CommandIDs.openJob, {
+    label: args => (args.id ? `Open Job ${args.id}` : 'Open Job Output…'),
+    execute: async args => {
+      let id = args.id ? String(args.id) : '';
+      if (!id) {
+        const asked = await InputDialog.getText({ title: 'Open job', placeholder: 'job id, e.g. job-1a2b3c4d' });
+        id = asked.button.accept ? (asked.value ?? '').trim() : '';
+        if (!id) {
+          return;
+        }
+      }
+      const open = tracker.find(widget => widget.content.jobId === id);
+      if (open) {
+        app.shell.activateById(open.id);
+        return open;
+      }
+      const widget = new MainAreaWidget({ content: new JobTab(api, id) });
+      widget.id = jobTabId(id);
+      widget.title.label = `Job ${id}`;
+      widget.title.icon = gpuIcon;
+      widget.title.closable = true;
+      void tracker.add(widget);
+      if (!widget.isAttached) {
+        app.shell.add(widget, 'main', { mode: 'split-right' });
+      }
+      app.shell.activateById(widget.id);
+      return widget;
+    }
+  });
+  void restorer?.restore(tracker, {
+    command: CommandIDs.openJob,
+    args: widget => ({ id: widget.content.jobId }),
+    name: widget => widget.content.jobId
   });
 }
 

@@ -452,7 +452,7 @@ export function renderJobRow(
   job: IJobModel,
   state: IJobRowState,
   onToggle: (id: string) => void,
-  where?: { tracker: JobWhereTracker; cancel?: JobCancelTracker },
+  actions?: IJobActions,
   output?: { tracker: JobOutputTracker }
 ): HTMLElement {
   const summary = h(
@@ -492,31 +492,33 @@ export function renderJobRow(
     },
     [
       summary,
-      where && renderActions(job, where.tracker, where.cancel),
+      actions && renderActions(job, actions),
       output && renderOutput(job, state.selected, output.tracker),
       state.selected && renderJobRecord(state.record ?? job, state)
     ]
   );
 }
 
-/** Where and Cancel side by side, what they answered below them. */
-function renderActions(
-  job: IJobModel,
-  whereTracker: JobWhereTracker,
-  cancelTracker: JobCancelTracker | undefined
-): HTMLElement | null {
-  const where = whereView(job, whereTracker.state(job.id));
+/** What a job row's buttons do. */
+export interface IJobActions {
+  where: JobWhereTracker;
+  cancel?: JobCancelTracker;
+  /** Open the job as a main-area tab (its output and metrics). */
+  open?: (id: string) => void;
+}
+
+/** Where, Cancel and Open in tab side by side, what they answered below them. */
+function renderActions(job: IJobModel, actions: IJobActions): HTMLElement | null {
+  const where = whereView(job, actions.where.state(job.id));
+  const cancelTracker = actions.cancel;
   const cancel = cancelTracker ? cancelView(job, cancelTracker.state(job.id)) : null;
-  if (!where.button && !cancel?.button) {
-    return null;
-  }
   const buttons: HTMLElement[] = [];
   if (where.button) {
     const button = h('button', {
       class: 'jp-mod-styled gpugeek-job-where-button',
       text: where.label,
       title: "Show each rank's stack now and the collective it waits in (as %gpugeek_where does)",
-      on: { click: () => void whereTracker.ask(job.id) }
+      on: { click: () => void actions.where.ask(job.id) }
     });
     button.disabled = where.disabled;
     buttons.push(button);
@@ -530,6 +532,20 @@ function renderActions(
     });
     button.disabled = cancel.disabled;
     buttons.push(button);
+  }
+  const open = actions.open;
+  if (open) {
+    buttons.push(
+      h('button', {
+        class: 'jp-mod-styled gpugeek-job-open-button',
+        text: 'Open in tab',
+        title: "Open the job's output and its logged values in a tab that docks beside the notebook",
+        on: { click: () => open(job.id) }
+      })
+    );
+  }
+  if (buttons.length === 0) {
+    return null;
   }
   const error = (text: string | null) =>
     text && h('div', { class: 'gpugeek-job-error', attrs: { role: 'alert' }, text });

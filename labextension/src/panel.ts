@@ -568,7 +568,11 @@ export class GpugeekPanel extends Widget {
         error: selected ? this._jobRecordError : null
       },
       id => void this._toggleJob(id),
-      { tracker: this._where, cancel: this._cancel },
+      {
+        where: this._where,
+        cancel: this._cancel,
+        open: id => void this._commands.execute(CommandIDs.openJob, { id })
+      },
       { tracker: this._output }
     );
   }

@@ -168,3 +168,68 @@ def test_a_pool_launched_from_a_notebook_shows_the_notebook_as_its_owner(page: A
     finally:
         session.run("%gpugeek_stop owned")
         session.shutdown()
+
+
+LOGGING_CELL = """%%gpugeek_run
+import os, time
+step = 0
+while not os.path.exists(release) and step < 600:
+    gg.log(step=step, loss=1.0 / (step + 1) + rank)
+    print(f"step {step}", flush=True)
+    step += 1
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_job_opens_as_a_tab_with_its_output_and_a_chart_per_logged_value_restored_after_a_reload(
+    page: Any, lab: LabServer, kernel: KernelSession, tmp_path: Path, artifacts: Path
+) -> None:
+    release = tmp_path / "release"
+    assert kernel.run(f"release = {str(release)!r}").error is None
+    running = kernel.execute(LOGGING_CELL)
+    try:
+        panel = open_panel(page, lab)
+        row = panel.locator(".gpugeek-job-row").filter(has=page.locator(".gpugeek-status-running"))
+        expect(row).to_have_count(1, timeout=READY_TIMEOUT_MS)
+        job_id = row.get_attribute("data-job-id")
+        row.locator(".gpugeek-job-open-button").click()
+
+        tab = page.locator(f"#gpugeek-job-{job_id}")
+        expect(page.locator(".lm-TabBar-tab", has_text=f"Job {job_id}")).to_have_count(1, timeout=READY_TIMEOUT_MS)
+        expect(tab.locator(".gpugeek-job-tab-heading")).to_have_text(f"Job {job_id}: running", timeout=READY_TIMEOUT_MS)
+        expect(tab.locator(".gpugeek-rank-chip")).to_have_text(["ranks 0-1 running"])
+        expect(tab.locator("pre.gpugeek-job-tab-tail")).to_contain_text("[ranks 0-1] step", timeout=READY_TIMEOUT_MS)
+        loss = tab.locator('.gpugeek-monitor-chart[data-metric="loss"]')
+        expect(loss.locator(".gpugeek-monitor-legend-item")).to_have_count(2, timeout=READY_TIMEOUT_MS)
+        expect(loss.locator(".gpugeek-monitor-legend")).to_contain_text("rank 0")
+        expect(loss.locator(".gpugeek-monitor-legend")).to_contain_text("rank 1")
+        wait_for(
+            lambda: (
+                min(
+                    len(p.split())
+                    for p in loss.locator("polyline").evaluate_all("ls => ls.map(l => l.getAttribute('points'))")
+                )
+                >= 5
+            ),
+            30,
+            "each rank's loss line growing",
+        )
+        tab.screenshot(path=str(artifacts / "job-tab.png"))
+        keep_for_docs(artifacts / "job-tab.png", "job-tab.png")
+
+        time.sleep(2)  # JupyterLab saves the layout shortly after a change
+        page.reload()
+        page.locator("#jupyterlab-splash").wait_for(state="detached")
+        restored = page.locator(f"#gpugeek-job-{job_id}")
+        expect(restored.locator('.gpugeek-monitor-chart[data-metric="loss"] polyline')).to_have_count(
+            2, timeout=READY_TIMEOUT_MS
+        )
+    finally:
+        release.touch()
+    done = kernel.collect(running, timeout=60)
+    assert done.error is None, done.text
+    expect(restored.locator(".gpugeek-job-tab-heading")).to_have_text(
+        f"Job {job_id}: succeeded", timeout=READY_TIMEOUT_MS
+    )
+    assert page.locator(f"#gpugeek-job-{job_id}").count() == 1
