@@ -18,6 +18,7 @@ from ._version import __version__
 if TYPE_CHECKING:
     from .client import ClusterClient, Job
     from .detached import JobHandle
+    from .jobs.lineage import JobLineage
     from .pools import Pool
     from .schedules import Schedule
     from .spec import PoolSpec
@@ -34,6 +35,7 @@ __all__ = [
     "current_pool",
     "job",
     "launch",
+    "lineage",
     "list_pools",
     "load_ipython_extension",
     "log",
@@ -143,6 +145,21 @@ def launch(keep: bool = False, **options: Any) -> Pool:
 
             return launch_kept(spec)
         return launch_pool(spec)
+
+
+def lineage(target: str) -> JobLineage:
+    """Where a job (its id) or a checkpoint (its path or URL) came from: the data it read
+    (``gg.dataset``), the checkpoint it resumed from and the job that wrote that, back to the data;
+    ``print()`` it for the chain, ``.to_dict()`` for JSON (as ``%gpugeek_lineage`` and
+    ``GET /gpugeek/jobs/<id>/lineage`` give it).
+
+    >>> print(gpugeek_jupyter.lineage("/ckpt/step-000000006.pt"))   # doctest: +SKIP
+    """
+    from .errors import Surface, phrased_for
+    from .jobs.lineage import lineage as trace_lineage
+
+    with phrased_for(Surface.PYTHON):
+        return trace_lineage(target)
 
 
 def job(job_id: str) -> JobHandle:

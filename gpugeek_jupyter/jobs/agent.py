@@ -306,7 +306,9 @@ class JobAgent:
         launched = [s.address for s in group.layout.slots if chosen is None or s.rank in chosen]
         hosts = {slot.rank: slot.host for slot in group.layout.slots if slot.address in set(launched)}
         plan = AttemptPlan(job_id, job.launch, group, launched, deadline, request.timeout)
-        sinks = AttemptSinks(logs, on_output, on_progress, SlowRanks(job_id, hosts, on_notice or log.info))
+        sinks = AttemptSinks(
+            logs, on_output, on_progress, SlowRanks(job_id, hosts, on_notice or log.info), on_lineage=record.lineage
+        )
         watch = AttemptWatch(self.transport, self.roster, plan, events, sinks)
         try:
             self.transport.launch(events, launched, rank_side.run_rank, blob)

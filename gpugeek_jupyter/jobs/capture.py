@@ -138,6 +138,13 @@ class Forwarder:
         rows, self._metrics = self._metrics, []
         self._send_locked({"metrics": rows}, size=40 * len(rows))
 
+    def lineage(self, record: dict[str, Any]) -> None:
+        """Send a lineage record (:mod:`.lineage`: data read, a checkpoint resumed from or written)
+        now: they are few, and a job that dies later keeps what it had recorded."""
+        with self._lock:
+            if not self._progress_ended:
+                self._send_locked({"lineage": record}, size=200)
+
     def progress(self, state: dict[str, Any]) -> None:
         """Send a progress bar's state; counted in :attr:`sent`, so the driver waits for it too.
 

@@ -16,6 +16,8 @@ event              emitted by                                      when
                                                                    (:mod:`.capture`)
 ``RankMetrics``    the same subscription                           a rank's ``gg.log`` values, a
                                                                    batch (:mod:`.metrics`)
+``RankLineage``    the same subscription                           a rank read data, resumed from a
+                                                                   checkpoint or wrote one (:mod:`.lineage`)
 ``RankEnded``      the same subscription                           a rank's code ended other than
                                                                    ``ok``, sent before its answer so
                                                                    the others stop at once (:mod:`.rank`)
@@ -105,6 +107,16 @@ class PoolStopping:
 
 
 @dataclass(frozen=True)
+class RankLineage:
+    """A rank's lineage record: ``{"role", "uri", "fingerprint"}`` (:mod:`.lineage`)."""
+
+    launch: str
+    rank: int
+    record: dict[str, Any]
+    seq: int = -1  # its place in the rank's words of this launch (-1: not told)
+
+
+@dataclass(frozen=True)
 class CancelRequested:
     """Someone asked the job to stop, for ``reason``: it ends ``cancelled`` as when interrupted."""
 
@@ -112,12 +124,20 @@ class CancelRequested:
 
 
 JobEvent = (
-    RankAnswered | RankOutput | RankProgress | RankMetrics | RankEnded | WorkerRemoved | PoolStopping | CancelRequested
+    RankAnswered
+    | RankOutput
+    | RankProgress
+    | RankMetrics
+    | RankLineage
+    | RankEnded
+    | WorkerRemoved
+    | PoolStopping
+    | CancelRequested
 )
 Events = queue.Queue[JobEvent]
 
 
-def rank_event(message: dict[str, Any]) -> RankOutput | RankProgress | RankMetrics | RankEnded:
+def rank_event(message: dict[str, Any]) -> RankOutput | RankProgress | RankMetrics | RankLineage | RankEnded:
     """The event a rank's ``OUTPUT_TOPIC`` message stands for.
 
     >>> rank_event({"job": "j", "launch": "ab12", "rank": 1, "seq": 0, "stream": "stdout", "text": "hi\\n"})
@@ -134,4 +154,12 @@ def rank_event(message: dict[str, Any]) -> RankOutput | RankProgress | RankMetri
     if "metrics" in message:
         rows = [(int(step), float(at), str(name), float(value)) for step, at, name, value in message["metrics"]]
         return RankMetrics(launch, rank, rows, seq)
+    if "lineage" in message:
+        lineage = dict(message["lineage"])
+        return RankLineage(
+            launch,
+            rank,
+            {"role": str(lineage["role"]), "uri": str(lineage["uri"]), "fingerprint": dict(lineage["fingerprint"])},
+            seq,
+        )
     return RankOutput(launch, rank, str(message["stream"]), str(message["text"]), seq)

@@ -325,6 +325,18 @@ class Helpers:
             **loader_options,
         )
 
+    # -- lineage -----------------------------------------------------------------------------------
+    def dataset(self, path_or_url: str | os.PathLike[str]) -> str:
+        """Record that this job reads ``path_or_url`` (a file, a folder or an fsspec URL) and return
+        it to read: its fingerprint (size, a content hash, or the store's ETag or version) is kept
+        with the job, so ``%gpugeek_lineage`` traces a checkpoint back to the data it was trained on.
+
+        >>> frame = pandas.read_csv(gg.dataset("/data/train.csv"))       # doctest: +SKIP
+        """
+        from .lineage import dataset
+
+        return dataset(path_or_url)
+
     # -- checkpoints -------------------------------------------------------------------------------
     def checkpoint(
         self,
@@ -421,6 +433,7 @@ class Checkpoint(CheckpointBase):
             self.loader.load_state_dict(state["loader"])
         self.path = path
         log.info("resumed from %s (step %d)", path, self.step)
+        _record_checkpoint("resumed_from", path, self.step)
         return self.step
 
     def save(self, step: int, **extra: Any) -> CheckpointPath:
@@ -435,6 +448,7 @@ class Checkpoint(CheckpointBase):
         if self.rank == 0:
             self.store.write_file(step, lambda f: torch.save(state, f))  # its name is only ever whole
             self.store.prune(self.keep)
+            _record_checkpoint("output", final, step)
         if _distributed():
             import torch.distributed as dist
 
@@ -445,6 +459,13 @@ class Checkpoint(CheckpointBase):
     def wait(self) -> CheckpointPath | None:
         """Nothing to wait for: ``save`` writes in place (as the sharded checkpoint's ``wait``, so code can switch)."""
         return None
+
+
+def _record_checkpoint(role: str, path: CheckpointPath, step: int) -> None:
+    """Lineage: the job resumed from (``resumed_from``) or wrote (``output``) checkpoint ``path``."""
+    from .lineage import checkpoint_facts, record
+
+    record(role, path, checkpoint_facts(path, step))
 
 
 def _distributed() -> bool:

@@ -8,7 +8,7 @@ what is still open when a pool ends (``cancelled`` for a stop, ``failed`` for a 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..store import JobStatus, QueuePlace, Submitter
 from .logs import rank_state
@@ -73,6 +73,11 @@ class JobRecord:
         if self.written and world_size != self.world_size:
             self.registry.set_job_ranks(self.job_id, world_size)
             self.world_size = world_size
+
+    def lineage(self, record: dict[str, Any]) -> None:
+        """Keep a rank's lineage record (:mod:`.lineage`) with the job."""
+        if self.kept:
+            self.registry.add_lineage(self.job_id, record["role"], record["uri"], record["fingerprint"])
 
     def finished(self, result: JobResult) -> None:
         """The job's final status, restarts, per-rank exits and why it failed."""

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .checkpoint_dir import CheckpointBase, CheckpointPath
+from .lineage import checkpoint_facts, record
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class ShardedCheckpoint(CheckpointBase):
             self.loader.load_state_dict(meta["loader"])
         self.path = path
         log.info("resumed from %s (step %d)", path, self.step)
+        record("resumed_from", path, checkpoint_facts(path, self.step))
         return self.step
 
     # -- saving ----------------------------------------------------------------------------------
@@ -214,6 +216,13 @@ class _PendingSave:
             store = self.owner.store
             if error is None and store.commit(self.staging, self.step, self.token):
                 store.prune(self.owner.keep)
+                # lineage (kept when the job still runs: an asynchronous save that ends after the job
+                # is on disk but not in the job's record)
+                record(
+                    "output",
+                    store.path(store.name_of(self.step)),
+                    checkpoint_facts(store.path(store.name_of(self.step)), self.step),
+                )
                 return
             store.remove(self.staging)  # what DCP left of it (commit already removed an unfinished one)
             final = store.path(store.name_of(self.step))

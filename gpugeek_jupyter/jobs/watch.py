@@ -23,6 +23,7 @@ from .events import (
     PoolStopping,
     RankAnswered,
     RankEnded,
+    RankLineage,
     RankMetrics,
     RankOutput,
     RankProgress,
@@ -72,6 +73,7 @@ class AttemptSinks:
     on_output: OutputCallback
     on_progress: ProgressCallback | None = None
     slow_ranks: SlowRanks | None = None  # told the ranks' gg.log values, names a lagging rank
+    on_lineage: Callable[[dict[str, Any]], None] | None = None  # a rank's lineage record, to keep
 
 
 class AttemptWatch:
@@ -202,7 +204,7 @@ class AttemptWatch:
             self._cancel()
 
     # -- events --------------------------------------------------------------------------------
-    def _fresh(self, event: RankOutput | RankProgress | RankMetrics) -> bool:
+    def _fresh(self, event: RankOutput | RankProgress | RankMetrics | RankLineage) -> bool:
         """Count a word of this launch's ranks; False for one already had from its rank's answer
         (the answer carries copies of a rank's few words: ``RankOutcome.replay``)."""
         if event.launch != self.launch or event.seq < 0:
@@ -231,6 +233,8 @@ class AttemptWatch:
                 self._progress(event)
             case RankMetrics():
                 self._metrics(event)
+            case RankLineage():
+                self._lineage(event)
             case _:
                 return False
         return True
@@ -254,6 +258,15 @@ class AttemptWatch:
             self.logs.write_metrics(event.rank, event.rows)
             if self.sinks.slow_ranks is not None:
                 self.sinks.slow_ranks.add(event.rank, event.rows)
+
+    def _lineage(self, event: RankLineage) -> None:
+        if self._fresh(event) and self.sinks.on_lineage is not None:
+            try:
+                self.sinks.on_lineage(event.record)
+            except Exception as e:  # the registry failing must not lose the job
+                log.warning(
+                    "job %s: could not keep rank %d's lineage record %s: %s", self.job_id, event.rank, event.record, e
+                )
 
     def _show(self, rank: int, stream: str, text: str) -> None:
         self._keep(rank, text)

@@ -433,6 +433,32 @@ class JobMagics(Magics):
         print(f"[gpugeek] {handle.id} {final.status.value}{failure}")
 
     @magic_arguments()
+    @argument("target", nargs="?", default=None, help="a job's id, or a checkpoint's path or URL")
+    @line_magic
+    def gpugeek_lineage(self, line: str) -> None:
+        """Example::
+
+            In [1]: %gpugeek_lineage /ckpt/step-000000006.pt
+            job-b2c3d4e5 (succeeded, pool dev)
+              resumed from /ckpt/step-000000003.pt (step 3, written by job-a1b2c3d4)
+                job-a1b2c3d4 (succeeded, pool dev)
+                  read /data/train.csv (file, 1.2 MB, sha256 6b1d9b4b62e8)
+                  wrote /ckpt/step-000000003.pt (step 3)
+              wrote /ckpt/step-000000006.pt (step 6)
+
+        Where a job or a checkpoint came from: the data each job read (``gg.dataset``), the
+        checkpoint it resumed from and the job that wrote that, back to the data
+        (``gpugeek_jupyter.lineage(target)``).
+        """
+        from ..jobs.lineage import lineage
+
+        args = parse_options(self.gpugeek_lineage, line, "job-1a2b3c4d")
+        if args.target is None:
+            raise UsageError("name a job or a checkpoint (e.g. %gpugeek_lineage job-1a2b3c4d; see %gpugeek_jobs)")
+        with usage_errors():
+            print(lineage(args.target))
+
+    @magic_arguments()
     @pool_arguments("whose jobs to list (default: every pool's)")
     @argument("--limit", default=str(DEFAULT_JOBS_LIMIT), help="how many, newest first")
     @line_magic

@@ -176,6 +176,13 @@ class JobMetricsHandler(GpugeekHandler):
         await self.answer(self.service.job_metrics, job_id, self.get_query_argument("name", None))
 
 
+class JobLineageHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        await self.answer(self.service.job_lineage, job_id)
+
+
 class JobWhereHandler(GpugeekHandler):
     @web.authenticated
     @authorized
@@ -353,6 +360,7 @@ def route_table(base_url: str) -> list[tuple[str, type[web.RequestHandler]]]:
         (r"jobs/(?P<job_id>[^/]+)/where", JobWhereHandler),
         (r"jobs/(?P<job_id>[^/]+)/output", JobOutputHandler),
         (r"jobs/(?P<job_id>[^/]+)/metrics", JobMetricsHandler),
+        (r"jobs/(?P<job_id>[^/]+)/lineage", JobLineageHandler),
         ("schedules", SchedulesHandler),
         (r"schedules/(?P<schedule_id>[^/]+)", ScheduleHandler),
         (r"schedules/(?P<schedule_id>[^/]+)/pause", SchedulePauseHandler),

@@ -361,6 +361,15 @@ class GpugeekService:
             "tail": tail,
         }
 
+    def job_lineage(self, job_id: str) -> dict[str, Any]:
+        """Where job ``job_id`` came from (``GET /gpugeek/jobs/<id>/lineage``): the data it read, the
+        checkpoints it resumed from with the jobs that wrote them (nested, back to the data) and the
+        checkpoints it wrote; 404 for an unknown id."""
+        from ..jobs.lineage import trace
+
+        self.registry.job(job_id)  # 404 naming the id
+        return {"lineage": trace(job_id, self.registry).to_dict()}
+
     def job_metrics(self, job_id: str, name: str | None = None) -> dict[str, Any]:
         """The values the job's ranks logged with ``gg.log`` (``name``: that metric's only), as kept
         with the job while it runs and after; a NaN or an infinity is ``null``.

@@ -24,6 +24,7 @@ directories, for the registry and whatever lives beside it).
 
 from __future__ import annotations
 
+from ._lineage import LineageRecord
 from ._migrations import MIGRATIONS, SCHEMA_VERSION, Migration
 from ._pools import KEEP, OWNER_EXITED
 from ._private import (
@@ -56,6 +57,7 @@ RECENT_WINDOW_SECONDS = 24 * 3600.0  # "recent" pools: ended in the last day (th
 
 __all__ = [
     "KEEP",
+    "LineageRecord",
     "OWNER_EXITED",
     "LIVE_STATUSES",
     "MIGRATIONS",

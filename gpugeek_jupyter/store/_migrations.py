@@ -227,6 +227,22 @@ _STEP_6 = (
 # owner column is the process's identity (a kernel id), which the liveness checks compare.
 _STEP_7 = ("ALTER TABLE pools ADD COLUMN owner_label TEXT",)
 
+# Lineage: what each job read (a dataset's fingerprint), resumed from (a checkpoint) and wrote (its
+# checkpoints), one row per job, role and location; a location's writer is the newest job with it
+# as an output.
+_STEP_8 = (
+    """CREATE TABLE IF NOT EXISTS lineage (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    uri TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    recorded_at REAL NOT NULL,
+    UNIQUE (job_id, role, uri)
+)""",
+    "CREATE INDEX IF NOT EXISTS lineage_uri ON lineage(uri, role, id)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tables of pools, workers, jobs, events, utilization and data volumes", _STEP_1),
     Migration(2, "indexes for the panel's bounded reads and the lost-pool sweeper", _STEP_2),
@@ -235,6 +251,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "scheduled runs: schedules and one row per occurrence", _STEP_5),
     Migration(6, "the team outbox: reports waiting for the team's ledger service", _STEP_6),
     Migration(7, "the notebook a pool was launched from, shown as its owner", _STEP_7),
+    Migration(8, "lineage: the data a job read, the checkpoint it resumed from and those it wrote", _STEP_8),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "steps are numbered 1, 2, 3, ..."

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from ._jobs import JobQueries
+from ._lineage import LineageQueries
 from ._migrations import migrate
 from ._outbox import OutboxQueries
 from ._pools import PoolQueries
@@ -16,7 +17,9 @@ from ._utilization import UtilizationQueries
 from ._workers import WorkerQueries
 
 
-class Registry(PoolQueries, WorkerQueries, JobQueries, UtilizationQueries, ScheduleQueries, OutboxQueries):
+class Registry(
+    PoolQueries, WorkerQueries, JobQueries, UtilizationQueries, ScheduleQueries, OutboxQueries, LineageQueries
+):
     """Durable state shared by every process on the machine (or on a shared filesystem).
 
     Opening a file brings its schema up to date (see :mod:`._migrations`) or refuses a file made by a

@@ -174,6 +174,8 @@ STANDALONE: dict[str, str] = {
     "gpugeek_where": "a report for people of where a running job's ranks are; the pool is its only input",
     "gpugeek_logs": "prints a job's logs for people; Python: JobResult.logs(rank)",
     "gpugeek_attach": "replays and follows a job's output for people; Python: gpugeek_jupyter.job(id).events()",
+    "gpugeek_lineage": "a job's id or a checkpoint's path is its only input: gpugeek_jupyter.lineage(target) in "
+    "Python, GET /gpugeek/jobs/{id}/lineage in REST",
     "gpugeek_cancel": "a job's id is its only input: gpugeek_jupyter.job(id).cancel() in Python, DELETE /gpugeek/jobs/{id} in REST",
 }
 
