@@ -101,6 +101,28 @@ class Quota:
     def limits_anything(self) -> bool:
         return bool(self.max_gpus or self.max_workers or self.backends or self.gpu_types or self.usd_per_day)
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (the team's ledger service answers with it)."""
+        return {
+            "max_gpus": self.max_gpus,
+            "max_workers": self.max_workers,
+            "backends": list(self.backends),
+            "gpu_types": list(self.gpu_types),
+            "usd_per_day": self.usd_per_day,
+            "sources": dict(self.sources),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Quota:
+        return cls(
+            max_gpus=int(data.get("max_gpus") or 0),
+            max_workers=int(data.get("max_workers") or 0),
+            backends=tuple(data.get("backends") or ()),
+            gpu_types=tuple(data.get("gpu_types") or ()),
+            usd_per_day=float(data.get("usd_per_day") or 0.0),
+            sources=tuple(sorted(dict(data.get("sources") or {}).items())),
+        )
+
 
 _QUOTA_FIELDS = {"max_gpus": int, "max_workers": int, "backends": tuple, "gpu_types": tuple, "usd_per_day": float}
 
@@ -539,11 +561,19 @@ def usage_of(user: str, registry: Registry, ledger: Any) -> Usage:
 
 
 def admit_launch(manager: PoolManager, spec: PoolSpec) -> None:
-    """The pool manager's admission check: quotas and the team budget, before anything starts."""
+    """The pool manager's admission check: quotas and the team budget, before anything starts.
+
+    With the team's ledger service, the quotas and the budget are the service's (its own settings,
+    the admin's, and the hub's groups of the caller), so a user's own configuration cannot raise
+    them; while the service does not answer, this process's settings and registry count instead.
+    """
     config = get_config()
     user = current_user()
-    quota = quota_for(user, config, hub_groups(user) if config.group_quotas else ())
     ledger = team_ledger(config, manager.registry)
+    if getattr(ledger, "serves_quotas", False):
+        _admit_by_service(manager, spec, user, ledger, config)
+        return
+    quota = quota_for(user, config, hub_groups(user) if config.group_quotas else ())
     budget = float(config.team_budget_usd_per_month)
     if not quota.limits_anything and not (ledger is not None and budget):
         return
@@ -561,6 +591,18 @@ def admit_launch(manager: PoolManager, spec: PoolSpec) -> None:
             )
         ) from e
     check_quota(spec, user, quota, usage, budget if ledger is not None else 0.0)
+
+
+def _admit_by_service(manager: PoolManager, spec: PoolSpec, user: str, ledger: Any, config: GpugeekConfig) -> None:
+    """The service's quotas and budget over the service's count of the caller's holdings."""
+    usage = usage_of(user, manager.registry, ledger)  # asks the service, which says the limits too
+    served = ledger.limits()
+    if served is None:  # it did not answer: this process's settings, as without a service
+        quota = quota_for(user, config, hub_groups(user) if config.group_quotas else ())
+        budget = float(config.team_budget_usd_per_month)
+    else:
+        quota, budget = Quota.from_dict(served[0]), served[1]
+    check_quota(spec, user, quota, usage, budget)
 
 
 class TeamLedgerReporter:
@@ -593,15 +635,23 @@ class TeamLedgerReporter:
         flush = getattr(self.ledger, "flush", None)
         if flush is not None:
             flush()  # reports the ledger service missed, once it answers again
+        served = getattr(self.ledger, "serves_quotas", False)
         budget = float(get_config().team_budget_usd_per_month)
         now = time.monotonic()
-        if not budget or now - self._checked_at.get(pool.id, 0.0) < TEAM_BUDGET_CHECK_S:
+        if not (budget or served) or now - self._checked_at.get(pool.id, 0.0) < TEAM_BUDGET_CHECK_S:
             return
         self._checked_at[pool.id] = now
         try:
-            spent = self.ledger.spend(start_of_month(time.time()))
+            if served:  # the service's budget (the admin's settings), with the team's spend
+                _, _, spent = self.ledger.holdings(current_user(), time.time())
+                limits = self.ledger.limits()
+                budget = limits[1] if limits is not None else budget
+            else:
+                spent = self.ledger.spend(start_of_month(time.time()))
         except OSError as e:
             log.info("the team's spend could not be read (%s); checked again in %.0f s", e, TEAM_BUDGET_CHECK_S)
+            return
+        if not budget:
             return
         if spent >= budget:
             from .guards import stop_for

@@ -48,6 +48,7 @@ class ServiceLedger:
         self.token = token if token is not None else os.environ.get("JUPYTERHUB_API_TOKEN", "")
         self._lock = threading.Lock()
         self._failed_at = 0.0
+        self._limits: tuple[dict[str, Any], float] | None = None
 
     def with_token(self, token: str) -> ServiceLedger:
         """The same service asked with another hub token (a caller's own, for their view)."""
@@ -123,14 +124,25 @@ class ServiceLedger:
         self.send({"op": "close", "key": key, "ended_at": float(ended_at or time.time())})
 
     # -- reads --------------------------------------------------------------------------------
+    serves_quotas = True  # the service says the caller's quota and the team budget (its settings)
+
     def holdings(self, user: str, now: float) -> tuple[list[Any], float, float]:
-        """The caller's open rows, their spend today and the team's this month (UTC)."""
+        """The caller's open rows, their spend today and the team's this month (UTC); the quota and
+        budget the same answer gives are kept for :meth:`limits`."""
         from .team_rows import start_of_day, start_of_month
 
         self.flush()
+        self._limits = None
         answer = self._call("GET", "api/usage", query={"day": start_of_day(now), "month": start_of_month(now)})
+        if isinstance(answer.get("quota"), dict):
+            self._limits = (dict(answer["quota"]), float(answer.get("team_budget_usd_per_month") or 0.0))
         rows = [SimpleNamespace(**row) for row in answer["open"]]
         return rows, float(answer["user_usd_today"]), float(answer["team_usd_month"])
+
+    def limits(self) -> tuple[dict[str, Any], float] | None:
+        """The caller's quota (``Quota.to_dict``'s form) and the team's monthly budget as the service said them in its last
+        :meth:`holdings` answer; None when it did not answer (or is of a release that does not say)."""
+        return self._limits
 
     def open_pools(self, user: str) -> list[Any]:
         return self.holdings(user, time.time())[0]

@@ -22,7 +22,9 @@ Routes (under the service's prefix, ``/services/gpugeek-ledger/``):
 - ``POST api/reports`` ``{"reports": [{"op": "open", ...}, {"op": "close", "key", "ended_at"}]}``:
   applied in order; answers ``{"results": ["ok" | why refused, ...]}``;
 - ``GET api/usage?day=T&month=T``: the caller's open rows, their spend since ``day`` and the team's
-  since ``month`` (the quota check);
+  since ``month``, with the caller's quota and the team's monthly budget from the service's own
+  settings (the admin's ``GpugeekConfig``) and the caller's hub groups: the quota check, which a
+  user's own configuration cannot loosen;
 - ``GET api/spend?since=T[&until=T][&user=NAME]``: USD spent, by the team or one user (the budget);
 - ``GET api/report?since=T[&until=T][&user=NAME]``: ``team_report``'s rows for the caller.
 """
@@ -41,7 +43,8 @@ from urllib.parse import urlparse
 from tornado import ioloop, web
 
 from ..config import get_config
-from ..cost.team import TeamLedger, Viewer, team_ledger, viewer_from_hub_model
+from ..cost.team import TeamLedger, Viewer, quota_for, team_ledger, viewer_from_hub_model
+from ..errors import GpugeekError
 
 log = logging.getLogger("gpugeek_jupyter.hub.ledger_service")
 
@@ -134,9 +137,15 @@ class ReportsHandler(LedgerHandler):
 
 class UsageHandler(LedgerHandler):
     async def get(self) -> None:
-        user = (await self.caller())["name"]
+        model = await self.caller()
+        user = model["name"]
         now = time.time()
         day, month = self.number("day", now - 86400), self.number("month", now - 30 * 86400)
+        config = self.settings.get("config") or get_config()
+        try:  # the admin's settings, here, and the caller's hub groups as the hub gave them
+            quota = quota_for(user, config, tuple(model.get("groups") or ()))
+        except GpugeekError as e:  # a bad group_quotas/user_quotas entry: the admin's to fix
+            raise web.HTTPError(500, str(e)) from None
 
         def read() -> dict[str, Any]:
             rows = self.ledger.open_pools(user)
@@ -145,6 +154,8 @@ class UsageHandler(LedgerHandler):
                 "open": [{"pool_key": r.pool_key, "gpus": int(r.gpus), "workers": int(r.workers)} for r in rows],
                 "user_usd_today": self.ledger.spend(day or 0.0, now, user=user),
                 "team_usd_month": self.ledger.spend(month or 0.0, now),
+                "quota": quota.to_dict(),
+                "team_budget_usd_per_month": float(config.team_budget_usd_per_month),
             }
 
         self.answer(await self.blocking(read))
@@ -172,12 +183,15 @@ class ReportHandler(LedgerHandler):
         self.answer({"rows": await self.blocking(self.ledger.report, since, until, user)})
 
 
-def make_app(ledger: TeamLedger, hub_auth: Any, prefix: str) -> web.Application:
-    """The service's routes under ``prefix``; ``hub_auth`` says whose a token is (``HubAuth``)."""
+def make_app(ledger: TeamLedger, hub_auth: Any, prefix: str, config: Any = None) -> web.Application:
+    """The service's routes under ``prefix``; ``hub_auth`` says whose a token is (``HubAuth``);
+    ``config``: the settings whose quotas and budget it answers with (default: this process's)."""
     prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
     routes = [("api/reports", ReportsHandler), ("api/usage", UsageHandler), ("api/spend", SpendHandler)]
     routes.append(("api/report", ReportHandler))
-    return web.Application([(prefix + path, handler) for path, handler in routes], ledger=ledger, hub_auth=hub_auth)
+    return web.Application(
+        [(prefix + path, handler) for path, handler in routes], ledger=ledger, hub_auth=hub_auth, config=config
+    )
 
 
 def main() -> None:
@@ -202,7 +216,7 @@ def main() -> None:
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpugeek-ledger/")
     from jupyterhub.services.auth import HubAuth
 
-    app = make_app(ledger, HubAuth(cache_max_age=60), prefix)
+    app = make_app(ledger, HubAuth(cache_max_age=60), prefix, config)
     app.listen(url.port or 80, url.hostname or "127.0.0.1")
     log.info("serving the team ledger at %s%s", url.geturl().rstrip("/"), prefix)
     loop = ioloop.IOLoop.current()

@@ -34,7 +34,7 @@ class FakeHubAuth:
 
     models = {
         "alice-token": {"kind": "user", "name": "alice", "admin": False, "scopes": []},
-        "bob-token": {"kind": "user", "name": "bob", "admin": False, "scopes": []},
+        "bob-token": {"kind": "user", "name": "bob", "admin": False, "scopes": [], "groups": ["small"]},
         "root-token": {"kind": "user", "name": "root", "admin": True, "scopes": []},
         "svc-token": {"kind": "service", "name": "idle-culler", "scopes": ["list:users"]},
     }
@@ -47,8 +47,9 @@ class Service:
     """The service's app served on a loopback port by its own event loop thread; stop() and
     start() again on the same port (a service that goes down and comes back)."""
 
-    def __init__(self, ledger: TeamLedger) -> None:
+    def __init__(self, ledger: TeamLedger, config: Any = None) -> None:
         self.ledger = ledger
+        self.config = config
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = int(probe.getsockname()[1])
@@ -63,7 +64,7 @@ class Service:
             loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)
             self._loop = loop
-            server = make_app(self.ledger, FakeHubAuth(), PREFIX).listen(self.port, "127.0.0.1")
+            server = make_app(self.ledger, FakeHubAuth(), PREFIX, self.config).listen(self.port, "127.0.0.1")
             ready.set()
             loop.run_forever()
             server.stop()
@@ -183,3 +184,50 @@ def _rows(ledger: TeamLedger) -> list[Any]:
 
     with ledger.engine.connect() as db:
         return list(db.execute(select(POOLS)))
+
+
+def test_the_services_quotas_count_not_the_users_own_settings(
+    ledger: TeamLedger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The admin's quotas live in the service's settings; the user's process has looser ones (its own
+    config), which do not count while the service answers, and do when it does not."""
+    from types import SimpleNamespace
+
+    from gpugeek_jupyter.config import GpugeekConfig
+    from gpugeek_jupyter.cost.team import _admit_by_service
+    from gpugeek_jupyter.cost.team_rows import pool_key
+    from gpugeek_jupyter.errors import QuotaExceededError
+    from gpugeek_jupyter.store import PoolStatus
+
+    admins = GpugeekConfig(
+        quota_max_workers=2, group_quotas={"small": {"max_workers": 1}}, team_budget_usd_per_month=50.0
+    )
+    users_own = GpugeekConfig(quota_max_workers=100)  # what a user's ~/.jupyter could say
+    service = Service(ledger, config=admins)
+    service.start()
+    try:
+        registry = Registry(tmp_path / "alice.sqlite")
+        alice = ServiceLedger(service.url, registry, token="alice-token")
+        manager = SimpleNamespace(registry=registry)  # what the admission check reads of the manager
+        record, spec = _pool(registry, "first")
+        registry.set_pool_status(record.id, PoolStatus.READY)
+        alice.record_start(pool_key(registry, record.id), "alice", record, spec, 1.0)  # 2 workers held
+        one_more = PoolSpec.create(gpu_type="cpu", count=1, name="second")
+        with pytest.raises(
+            QuotaExceededError, match=r"past the quota of 2 \(GpugeekConfig\.quota_max_workers; 2 held now\)"
+        ):
+            _admit_by_service(manager, one_more, "alice", alice, users_own)
+        assert alice.limits() == (
+            {"max_gpus": 0, "max_workers": 2, "backends": [], "gpu_types": [], "usd_per_day": 0.0, "sources": {}},
+            50.0,
+        )
+        # bob's hub group "small" gives him one worker, from the service's group_quotas
+        bob = ServiceLedger(service.url, Registry(tmp_path / "bob.sqlite"), token="bob-token")
+        two = PoolSpec.create(gpu_type="cpu", count=2, name="bobs")
+        with pytest.raises(QuotaExceededError, match=r"group_quotas\['small'\]\['max_workers'\]"):
+            _admit_by_service(SimpleNamespace(registry=bob.registry), two, "bob", bob, users_own)
+    finally:
+        service.stop()
+    # the service down: the user's process counts its own settings and registry meanwhile
+    _admit_by_service(manager, one_more, "alice", alice, users_own)
+    assert alice.limits() is None

@@ -5,7 +5,8 @@ PostgreSQL (the users' servers get the service's URL, never the database's).
 
 Each user launches through their own server's REST API, as the side panel does, with a token of the
 hub's: each sees only their own pools; a launch past the worker quota, past a hub group's quota and
-past the team budget are refused with the limit named; the ledger holds both users' pools under
+past the team budget are refused with the limit named, the limits being the ledger service's (the
+admin's settings), not the looser ones the users' own settings say; the ledger holds both users' pools under
 their hub names; the team view is every user's for an admin and her own for a user; a user's token
 cannot close another's row at the service; a pool stopped while the service is stopped has its row
 closed once it is back; stopping a user's server stops their pool, closes its ledger row and
@@ -212,9 +213,10 @@ def hub(environment: Path, users: dict[str, int], ledger_url: str) -> Iterator[H
     and reach them, and the team's settings (quotas, ledger) in a config directory every user reads."""
     work = Path(tempfile.mkdtemp(prefix="gpugeek-hub-"))
     work.chmod(0o755)
-    settings = work / "settings"
-    settings.mkdir(mode=0o755)
-    (settings / "jupyter_gpugeek_config.json").write_text(
+    # the admin's settings: read by the team's ledger service only (a folder of root's alone)
+    admin_settings = work / "admin-settings"
+    admin_settings.mkdir(mode=0o700)
+    (admin_settings / "jupyter_gpugeek_config.json").write_text(
         json.dumps(
             {
                 "GpugeekConfig": {
@@ -225,6 +227,11 @@ def hub(environment: Path, users: dict[str, int], ledger_url: str) -> Iterator[H
             }
         )
     )
+    # what every user's processes read: limits a user could write into their own ~/.jupyter too,
+    # looser than the admin's; they do not count while the service answers
+    settings = work / "settings"
+    settings.mkdir(mode=0o755)
+    (settings / "jupyter_gpugeek_config.json").write_text(json.dumps({"GpugeekConfig": {"quota_max_workers": 100}}))
     (settings / "jupyter_gpugeek_config.json").chmod(0o644)
     token = secrets.token_hex(16)
     port, hub_port, proxy_api, ledger_port = _free_port(), _free_port(), _free_port(), _free_port()
@@ -241,7 +248,8 @@ c.JupyterHub.services = [
     {{"name": "gpugeek-test", "api_token": {token!r}}},
     {{"name": "gpugeek-ledger", "url": "http://127.0.0.1:{ledger_port}",
       "command": [{str(environment / "bin" / "python")!r}, "-m", "gpugeek_jupyter.hub.ledger_service"],
-      "environment": {{"GPUGEEK_TEAM_LEDGER": {ledger_url!r}, "PYTHONDONTWRITEBYTECODE": "1"}}}},
+      "environment": {{"GPUGEEK_TEAM_LEDGER": {ledger_url!r}, "PYTHONDONTWRITEBYTECODE": "1",
+                       "JUPYTER_CONFIG_PATH": {str(admin_settings)!r}}}}},
 ]
 c.JupyterHub.load_roles = [{{"name": "gpugeek-test", "services": ["gpugeek-test"],
     "scopes": ["admin:users", "admin:servers", "access:servers", "list:users", "read:users", "tokens"]}},
