@@ -605,6 +605,37 @@ def _admit_by_service(manager: PoolManager, spec: PoolSpec, user: str, ledger: A
     check_quota(spec, user, quota, usage, budget)
 
 
+def quota_status(registry: Registry, config: GpugeekConfig | None = None) -> dict[str, Any]:
+    """This user's limits and what counts against them, for the side panel's quota line
+    (``GET /gpugeek/quota``): ``{"user", "limited", "quota", "usage", "team_budget_usd_per_month",
+    "from"}``; ``limited`` is False when no limit and no budget apply (the line is then not shown).
+    With the team's ledger service, its limits (``"from": "service"``)."""
+    config = config or get_config()
+    user = current_user()
+    ledger = team_ledger(config, registry)
+    usage = usage_of(user, registry, ledger)
+    served = ledger.limits() if getattr(ledger, "serves_quotas", False) else None
+    if served is not None:
+        quota, budget, source = Quota.from_dict(served[0]), served[1], "service"
+    else:
+        quota = quota_for(user, config, hub_groups(user) if config.group_quotas else ())
+        budget = float(config.team_budget_usd_per_month) if ledger is not None else 0.0
+        source = "settings"
+    return {
+        "user": user,
+        "limited": quota.limits_anything or bool(budget),
+        "quota": quota.to_dict(),
+        "usage": {
+            "gpus": usage.gpus,
+            "workers": usage.workers,
+            "user_usd_today": usage.user_usd_today,
+            "team_usd_month": usage.team_usd_month,
+        },
+        "team_budget_usd_per_month": budget,
+        "from": source,
+    }
+
+
 class TeamLedgerReporter:
     """Pool plugin: writes each pool this process launches into the team ledger (its start and end),
     and stops a running pool once the team's monthly budget is spent."""

@@ -325,6 +325,13 @@ class TeamHandler(GpugeekHandler):
         await self.answer(self.service.team, query.since, query.until, query.user, viewer)
 
 
+class QuotaHandler(GpugeekHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        await self.answer(self.service.quota)
+
+
 class OpenApiHandler(GpugeekHandler):
     @web.authenticated
     @authorized
@@ -368,6 +375,7 @@ def route_table(base_url: str) -> list[tuple[str, type[web.RequestHandler]]]:
         ("changes", ChangesHandler),
         ("catalog", CatalogHandler),
         ("team", TeamHandler),
+        ("quota", QuotaHandler),
         (r"openapi\.json", OpenApiHandler),
     ]
     return [(url_path_join(base_url, NAMESPACE, pattern) + "/?", handler) for pattern, handler in routes]

@@ -433,6 +433,13 @@ class GpugeekService:
         return make_job_model(job, usd, now, positions.get(job.id))
 
     # -- the team's spend -------------------------------------------------------------------------
+    def quota(self) -> dict[str, Any]:
+        """This user's quota and what counts against it (``GET /gpugeek/quota``), for the panel."""
+        from ..cost.team import quota_status
+
+        with phrased_for(Surface.SERVER):
+            return quota_status(self.registry, self.config)
+
     def team(self, since: str | None, until: str | None, user: str | None, viewer: Any) -> dict[str, Any]:
         """The team ledger's spend per user and GPU type, as ``team_report`` gives it to ``viewer``
         (a hub admin: every user; anyone else: their own rows)."""

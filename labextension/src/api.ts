@@ -14,6 +14,7 @@ import {
   IPoolMetrics,
   IPoolModel,
   IPoolPage,
+  IQuotaStatus,
   IWhereReport
 } from './models';
 import { IScheduleModel, ScheduleAction } from './scheduleRows';
@@ -133,6 +134,11 @@ export class GpugeekApi {
   }
 
   /** The ranks' states and the last `lines` lines of their output, grouped (read from the job's logs). */
+  /** The caller's quota and what counts against it (the panel's quota line). */
+  async quota(): Promise<IQuotaStatus> {
+    return this.call<IQuotaStatus>('GET', 'quota');
+  }
+
   /** The values job `id`'s ranks logged with `gg.log`, as kept with the job. */
   async jobMetrics(id: string): Promise<IJobMetrics> {
     return this.call<IJobMetrics>('GET', `jobs/${encodeURIComponent(id)}/metrics`);

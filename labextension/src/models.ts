@@ -269,3 +269,22 @@ export function isJobFinal(status: JobStatus): boolean {
 export function canStopPool(status: PoolStatus): boolean {
   return status !== 'stopping' && status !== 'stopped';
 }
+
+/** `GET /gpugeek/quota`: the caller's limits and what counts against them. */
+export interface IQuotaStatus {
+  user: string;
+  /** False when no limit and no budget apply: no quota line then. */
+  limited: boolean;
+  quota: {
+    max_gpus: number;
+    max_workers: number;
+    backends: string[];
+    gpu_types: string[];
+    usd_per_day: number;
+    sources: Record<string, string>;
+  };
+  usage: { gpus: number; workers: number; user_usd_today: number; team_usd_month: number };
+  team_budget_usd_per_month: number;
+  /** "service": the team's ledger service said them; "settings": this server's settings. */
+  from: 'service' | 'settings';
+}

@@ -34,7 +34,8 @@ import {
   HistoryPager,
   IEndedPoolRow,
   ILivePoolRow,
-  poolKey
+  poolKey,
+  quotaLine
 } from './poolsView';
 import { renderEndedRow, renderPoolRow } from './poolView';
 import { PageConfig } from '@jupyterlab/coreutils';
@@ -44,6 +45,8 @@ export const PANEL_ID = 'gpugeek-sidebar';
 
 export const DEFAULT_REFRESH_PERIOD_SECONDS = 2;
 export const MIN_REFRESH_PERIOD_SECONDS = 0.5;
+/** The quota line is asked for at most this often (a team ledger service may be behind it). */
+export const QUOTA_PERIOD_MS = 15 * 1000;
 /** Longest wait between polls while the server keeps failing. */
 const MAX_BACKOFF_MS = 20 * 1000;
 
@@ -77,6 +80,9 @@ export class GpugeekPanel extends Widget {
   private readonly _glanceBox: HTMLElement;
   private readonly _glance: HTMLElement;
   private readonly _glanceSpent: HTMLElement;
+  private readonly _quota: HTMLElement;
+  /** When the quota line was last asked for (0: ask at the next poll). */
+  private _quotaAt = 0;
   private readonly _recentEmpty: HTMLElement;
   private readonly _recentToggle: HTMLButtonElement;
   private readonly _recentSummary: HTMLElement;
@@ -147,6 +153,11 @@ export class GpugeekPanel extends Widget {
     this._recentSummary = h('span', { class: 'gpugeek-recent-summary' });
     this._glanceSpent = h('span', { class: 'gpugeek-glance-spent' });
     this._glance = h('span', { class: 'gpugeek-glance-text' });
+    this._quota = h('div', {
+      class: 'gpugeek-quota',
+      title: "Your limits and what counts against them (the team's settings)",
+      attrs: { hidden: '' }
+    });
     this._glanceBox = h('div', { class: 'gpugeek-glance', attrs: { role: 'status' } }, [
       this._glance,
       h('span', { class: 'gpugeek-glance-spend' }, ['spent ', this._glanceSpent])
@@ -214,7 +225,8 @@ export class GpugeekPanel extends Widget {
             })
           ]),
           // Pools and spend at a glance, however far the panel scrolls.
-          this._glanceBox
+          this._glanceBox,
+          this._quota
         ]),
         this._outageNode,
         // Live pools come straight under the header: they are what costs money now.
@@ -355,6 +367,9 @@ export class GpugeekPanel extends Widget {
       this._showOutage();
     }
     this._listed = pools;
+    if (Date.now() - this._quotaAt >= QUOTA_PERIOD_MS) {
+      void this._refreshQuota();
+    }
     this._showJobs(jobs);
     void this._refreshOutput();
     this._showPools();
@@ -466,7 +481,20 @@ export class GpugeekPanel extends Widget {
     await Promise.all(wanted.map(job => this._output.fetch(job.id)));
   }
 
+  /** The quota line: shown when a limit applies; left as it was when the server cannot say. */
+  private async _refreshQuota(): Promise<void> {
+    this._quotaAt = Date.now();
+    try {
+      const line = quotaLine(await this.api.quota());
+      this._quota.textContent = line ?? '';
+      this._quota.hidden = line === null;
+    } catch (error) {
+      console.warn('gpugeek: could not read the quota', error);
+    }
+  }
+
   private _upsertPool(pool: IPoolModel): void {
+    this._quotaAt = 0; // a launch or a stop changes what counts against the quota
     const pools = this._listed.slice();
     const index = pools.findIndex(candidate => candidate.name === pool.name);
     if (index >= 0) {

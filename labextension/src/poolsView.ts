@@ -7,7 +7,7 @@
  */
 
 import { firstLine, formatAgo, formatTimestamp, formatUsd, formatUsdPerHour } from './format';
-import { IJobModel, IPoolModel, IPoolPage, isLive, PoolStatus } from './models';
+import { IJobModel, IPoolModel, IPoolPage, IQuotaStatus, isLive, PoolStatus } from './models';
 
 /** Ended records shown per "Show more" page. */
 export const HISTORY_PAGE_SIZE = 25;
@@ -243,4 +243,37 @@ export class HistoryPager {
     }
     return fresh;
   }
+}
+
+/**
+ * The header's quota line: `quota 2/8 GPUs · 3/16 workers · $12.00 of $200.00 today ·
+ * team $1200.00 of $5000.00 this month`, the limits that apply only; null when none does.
+ */
+export function quotaLine(status: IQuotaStatus | null): string | null {
+  if (!status || !status.limited) {
+    return null;
+  }
+  const { quota, usage } = status;
+  const parts: string[] = [];
+  if (quota.max_gpus) {
+    parts.push(`${usage.gpus}/${quota.max_gpus} GPUs`);
+  }
+  if (quota.max_workers) {
+    parts.push(`${usage.workers}/${quota.max_workers} workers`);
+  }
+  if (quota.usd_per_day) {
+    parts.push(`${formatUsd(usage.user_usd_today)} of ${formatUsd(quota.usd_per_day)} today`);
+  }
+  if (status.team_budget_usd_per_month) {
+    parts.push(
+      `team ${formatUsd(usage.team_usd_month)} of ${formatUsd(status.team_budget_usd_per_month)} this month`
+    );
+  }
+  if (quota.backends.length) {
+    parts.push(`on ${quota.backends.join(', ')}`);
+  }
+  if (quota.gpu_types.length) {
+    parts.push(`GPU types ${quota.gpu_types.join(', ')}`);
+  }
+  return parts.length ? `quota ${parts.join(' · ')}` : null;
 }

@@ -1,9 +1,10 @@
-import { IPoolModel, IPoolPage } from '../src/models';
+import { IPoolModel, IPoolPage, IQuotaStatus } from '../src/models';
 import {
   buildPoolsView,
   glance,
   HistoryPager,
   poolKey,
+  quotaLine,
   summarizeEnded
 } from '../src/poolsView';
 import { makeJob, makePool } from './fixtures';
@@ -212,5 +213,30 @@ describe('HistoryPager', () => {
     expect(pager.loading).toBe(true);
     await expect(Promise.all([first, second])).resolves.toEqual([1, 1]);
     expect(fetch).toHaveBeenCalledTimes(1);
+  });
+});
+
+describe('quotaLine', () => {
+  const status = (overrides: Partial<IQuotaStatus['quota']>, budget = 0): IQuotaStatus => ({
+    user: 'ada',
+    limited: true,
+    quota: { max_gpus: 0, max_workers: 0, backends: [], gpu_types: [], usd_per_day: 0, sources: {}, ...overrides },
+    usage: { gpus: 2, workers: 3, user_usd_today: 12, team_usd_month: 1200 },
+    team_budget_usd_per_month: budget,
+    from: 'service'
+  });
+
+  it('names the limits that apply, each with what counts against it', () => {
+    expect(quotaLine(status({ max_gpus: 8, max_workers: 16, usd_per_day: 200 }, 5000))).toBe(
+      'quota 2/8 GPUs · 3/16 workers · $12.00 of $200.00 today · team $1200.00 of $5000.00 this month'
+    );
+    expect(quotaLine(status({ backends: ['local', 'slurm'], gpu_types: ['cpu'] }))).toBe(
+      'quota on local, slurm · GPU types cpu'
+    );
+  });
+
+  it('has no line when nothing limits the user', () => {
+    expect(quotaLine(null)).toBeNull();
+    expect(quotaLine({ ...status({}), limited: false })).toBeNull();
   });
 });

@@ -4,6 +4,7 @@ made it (Chromium, 1280 px wide)."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from gpugeek_jupyter.store import PoolStatus, Registry
 from support.agent import agent_stopped_afterwards
 from support.docs_images import keep_for_docs
 from support.kernel import KernelSession, magics_kernel
-from support.lab_server import LabServer
+from support.lab_server import LabServer, start_lab
 from support.panel import (
     READY_TIMEOUT_MS,
     expect,
@@ -190,3 +191,30 @@ def test_form_errors_use_the_forms_labels_mark_gpus_this_machine_lacks_and_clear
     assert '"backend":' not in form_error.inner_text()
     fill_launch_form(panel, count="2")
     expect(form_error).to_have_text("")
+
+
+@pytest.fixture
+def quota_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+    """A lab whose settings limit the user to 4 workers and $50 a day."""
+    home = tmp_path_factory.mktemp("quota-lab")
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "jupyter_gpugeek_config.json").write_text(
+        json.dumps({"GpugeekConfig": {"quota_max_workers": 4, "quota_usd_per_day": 50.0}})
+    )
+    server = start_lab(home, home / "gpugeek.sqlite")
+    yield server
+    left = server.stop()
+    assert left == [], f"processes left after jupyter lab stopped: {left}\n{server.log_tail()}"
+
+
+def test_the_header_has_a_quota_line_when_a_limit_applies(
+    page: Any, quota_lab: LabServer, screenshot_on_failure: None
+) -> None:
+    env = {"GPUGEEK_REGISTRY": str(quota_lab.registry), "GPUGEEK_HEARTBEAT": "0.5", "GPUGEEK_PRELOAD_TORCH": "0"}
+    with magics_kernel(env, launch="--gpu-type cpu --count 1 --name limited --quiet", stop="limited"):
+        panel = open_panel(page, quota_lab)
+        expect(pool_row(panel, "limited").locator(".gpugeek-status")).to_have_text("ready", timeout=READY_TIMEOUT_MS)
+        quota = panel.locator(".gpugeek-panel-header .gpugeek-quota")
+        expect(quota).to_have_text(
+            re.compile(r"^quota 1/4 workers · \$[0-9.]+ of \$50\.00 today$"), timeout=READY_TIMEOUT_MS
+        )

@@ -38,3 +38,23 @@ async def test_a_backend_outside_the_quota_is_403_naming_the_field(api: Fetch) -
     )
     assert status == 403 and body.get("field") == "backend", body
     assert 'may launch on local only, not "backend": "address"' in body["message"]
+
+
+async def test_the_quota_route_says_the_limits_and_what_counts_against_them(
+    api: Fetch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugeek_jupyter.store import PoolStatus, get_registry
+
+    from .test_routes import registered_pool
+
+    monkeypatch.setenv("JUPYTERHUB_USER", "ada")
+    held = registered_pool("held")  # a live pool of 2 cpu workers in this user's registry
+    status, body = await api("GET", "quota")
+    assert status == 200, body
+    assert (body["user"], body["limited"], body["from"]) == ("ada", True, "settings")
+    assert body["quota"]["max_workers"] == 1 and body["quota"]["backends"] == ["local"]
+    assert body["usage"]["workers"] == 2 and body["usage"]["gpus"] == 0
+    assert body["team_budget_usd_per_month"] == 0.0  # no team ledger: no budget
+    get_registry().set_pool_status(held.id, PoolStatus.STOPPED)
+    _, after = await api("GET", "quota")
+    assert after["usage"]["workers"] == 0
