@@ -25,7 +25,10 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..store import LineageRecord, Registry
 
 WHOLE_HASH_BYTES = 64 * 2**20
 SAMPLE_BYTES = 4 * 2**20
@@ -162,9 +165,9 @@ class JobLineage:
     job_id: str
     status: str
     pool: str
-    inputs: list[Any] = field(default_factory=list)  # LineageRecord
-    resumed_from: list[tuple[Any, JobLineage | None]] = field(default_factory=list)  # (record, its writer)
-    outputs: list[Any] = field(default_factory=list)
+    inputs: list[LineageRecord] = field(default_factory=list)
+    resumed_from: list[tuple[LineageRecord, JobLineage | None]] = field(default_factory=list)  # (record, its writer)
+    outputs: list[LineageRecord] = field(default_factory=list)
 
     def lines(self, indent: str = "") -> list[str]:
         """The chain as text, this job first, each resume's writer under it."""
@@ -198,7 +201,7 @@ class JobLineage:
         return "\n".join(self.lines())
 
 
-def _json(item: Any) -> dict[str, Any]:
+def _json(item: LineageRecord) -> dict[str, Any]:
     return {"uri": item.uri, "fingerprint": item.fingerprint, "recorded_at": item.recorded_at}
 
 
@@ -226,9 +229,9 @@ def _size(size: float) -> str:
     return f"{size:.1f} TB"
 
 
-def trace(job_id: str, registry: Any, depth: int = MAX_DEPTH, seen: set[str] | None = None) -> JobLineage:
+def trace(job_id: str, registry: Registry, depth: int = MAX_DEPTH, seen: set[str] | None = None) -> JobLineage:
     """Job ``job_id``'s lineage, back through the jobs that wrote what it resumed from (``depth``
-    jobs at most; a job met twice is not followed again)."""
+    jobs at most; a job met twice is named, not followed again)."""
     seen = set() if seen is None else seen
     seen.add(job_id)
     job = registry.job(job_id)
@@ -240,18 +243,19 @@ def trace(job_id: str, registry: Any, depth: int = MAX_DEPTH, seen: set[str] | N
             node.outputs.append(item)
         else:
             writer = registry.writer_of(item.uri)
-            followed = None
-            if writer is not None and writer.job_id not in seen and depth > 1:
-                followed = trace(writer.job_id, registry, depth - 1, seen)
-            elif writer is not None:
-                followed = JobLineage(
-                    writer.job_id, registry.job(writer.job_id).status.value, registry.job(writer.job_id).pool_name
-                )
-            node.resumed_from.append((item, followed))
+            node.resumed_from.append((item, None if writer is None else _writer(writer.job_id, registry, depth, seen)))
     return node
 
 
-def lineage(target: str | os.PathLike[str], registry: Any = None) -> JobLineage:
+def _writer(job_id: str, registry: Registry, depth: int, seen: set[str]) -> JobLineage:
+    """The job that wrote a checkpoint: traced in turn, or only named when met before or too deep."""
+    if job_id not in seen and depth > 1:
+        return trace(job_id, registry, depth - 1, seen)
+    job = registry.job(job_id)
+    return JobLineage(job_id, job.status.value, job.pool_name)
+
+
+def lineage(target: str | os.PathLike[str], registry: Registry | None = None) -> JobLineage:
     """The lineage of a job (its id) or of a checkpoint (its path or URL: traced from the job that
     wrote it), back to the data; ``print()`` it for the chain, ``.to_dict()`` for JSON.
 

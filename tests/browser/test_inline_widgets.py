@@ -25,7 +25,8 @@ CELLS = [
     "%load_ext gpugeek_jupyter",
     "%gpugeek_launch --gpu-type cpu --count 2 --name widgets-demo --price 2.50 --budget 5",
     "%gpugeek_monitor --period 0.5",
-    "%%gpugeek_run\nimport time\nend = time.monotonic() + 6\nwhile time.monotonic() < end:\n    pass\nrank",
+    "%%gpugeek_run --output grouped\nimport time\nend = time.monotonic() + 6\nwhile time.monotonic() < end:\n"
+    "    pass\nprint(f'done on {rank}')\nrank",
 ]
 STOP_CELL = "%gpugeek_stop widgets-demo"
 RUN_TIMEOUT_MS = 90_000
@@ -92,6 +93,9 @@ def test_pool_card_cost_meter_and_utilization_panel_render_and_move(
 
     # the job's value comes back, then the pool is stopped from the notebook
     expect(cells.nth(3).locator(".jp-OutputArea-output").last).to_contain_text("[0, 1]", timeout=RUN_TIMEOUT_MS)
+    # lines that differ only by the rank's number: one grouped line saying each rank's, no placeholder
+    expect(cells.nth(3).locator(".jp-OutputArea")).to_contain_text("[ranks 0-1] done on 0, 1")
+    assert "{rank}" not in cells.nth(3).locator(".jp-OutputArea").inner_text()
     cells.nth(len(CELLS)).locator(".jp-InputArea-editor").click()
     page.keyboard.press("Shift+Enter")
     expect(card).to_contain_text("stopped", timeout=RUN_TIMEOUT_MS)
