@@ -30,12 +30,15 @@ def request_cancel(job: JobRecord, reason: str, registry: Registry | None = None
     registry = registry or get_registry()
     pool = registry.pool_by_id(job.pool_id)
     if not pool.status.is_live or not pool.scheduler_address:
+        why = f"is {pool.status.value}" if not pool.status.is_live else "has no scheduler to reach yet"
         raise GpugeekError(
             Phrase(
-                "job {job} cannot be cancelled: its pool {pool} is {status}",
+                "job {job} cannot be cancelled from here: its pool {pool} {why}; interrupt the process that "
+                "runs it ({submitter})",
                 job=Value(job.id),
                 pool=Value(pool.name),
-                status=pool.status.value,
+                why=why,
+                submitter=job.submitter or "its submitter is not recorded",
             )
         )
     try:
@@ -50,10 +53,12 @@ def request_cancel(job: JobRecord, reason: str, registry: Registry | None = None
     except (OSError, TimeoutError) as e:
         raise GpugeekError(
             Phrase(
-                "job {job} cannot be cancelled: its pool {pool}'s scheduler {address} does not answer ({error})",
+                "job {job} cannot be cancelled from here: its pool {pool}'s scheduler {address} does not answer "
+                "({error}); interrupt the process that runs it ({submitter})",
                 job=Value(job.id),
                 pool=Value(pool.name),
                 address=pool.scheduler_address,
                 error=str(e) or type(e).__name__,
+                submitter=job.submitter or "its submitter is not recorded",
             )
         ) from e

@@ -53,22 +53,22 @@ def test_no_result_is_none() -> None:
     assert load_result("job-ffffffff") is None
 
 
-def test_cancelling_a_job_no_agent_runs_says_which_process_to_interrupt() -> None:
+def test_cancelling_a_job_whose_pool_cannot_be_reached_says_which_process_to_interrupt() -> None:
     import os
     import socket
 
     from gpugeek_jupyter.detached import JobHandle
-    from gpugeek_jupyter.errors import JobFailedError
+    from gpugeek_jupyter.errors import GpugeekError
     from gpugeek_jupyter.store import PoolStatus, Submitter, get_registry, process_started_at
 
     registry = get_registry()
     pool = registry.add_pool("here", "local", {"gpu_type": "cpu", "count": 2}, {"on_demand": 1.0}, owner="tests")
-    registry.set_pool_status(pool.id, PoolStatus.READY)
+    registry.set_pool_status(pool.id, PoolStatus.READY)  # a row with no scheduler address: nothing to reach
     me = Submitter("notebook a.ipynb", os.getpid(), socket.gethostname(), process_started_at(os.getpid()))
     registry.queue_job("job-0000beef", pool.id, "here", "cell", "0" * 64, 2, me)
-    with pytest.raises(JobFailedError) as raised:
+    with pytest.raises(GpugeekError) as raised:
         JobHandle("job-0000beef").cancel()
     assert str(raised.value) == (
-        "job 'job-0000beef' is not a detached job of this user's agent: interrupt the process that runs it "
-        "(notebook a.ipynb)"
+        "job 'job-0000beef' cannot be cancelled from here: its pool 'here' has no scheduler to reach yet; "
+        "interrupt the process that runs it (notebook a.ipynb)"
     )
