@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import get_config
 from ..dashboards import browser_link
-from ..errors import ConflictError, GpugeekError, PoolStartError
+from ..errors import ConflictError, GpugeekError, NotFoundError, PoolStartError
 from ..logs import set_library_log_level
 from ..polling import poll_until
 from ..pricing import prices_in_force
@@ -242,14 +242,20 @@ class PoolManager:
             admit(spec)
         config = get_config()
         self.registry.mark_lost_pools(config.lost_after_seconds)  # frees names held by dead kernels
-        record = self.registry.add_pool(
-            spec.name, spec.backend, spec.to_dict(), prices_in_force(spec), owner=self.owner, namespace=spec.namespace
-        )
         # From the row on, everything is inside the clean-up's reach: an interrupt at any instant
-        # (0.2 s into the launch, or after the cluster came up) leaves the row failed, the name free
-        # and no cluster running.
+        # (while the row is written, 0.2 s into the launch, or after the cluster came up) leaves the
+        # row failed, the name free and no cluster running.
         running: RunningCluster | None = None
+        record: PoolRecord | None = None
         try:
+            record = self.registry.add_pool(
+                spec.name,
+                spec.backend,
+                spec.to_dict(),
+                prices_in_force(spec),
+                owner=self.owner,
+                namespace=spec.namespace,
+            )
             with self._lock:
                 self._kept_alive.add(record.id)  # a start can outlast lost_after: it is beaten from now on
             self._ensure_threads()
@@ -277,7 +283,9 @@ class PoolManager:
                 self._pools[spec.name] = pool
                 self._current = spec.name
         except BaseException as e:
-            self._abandon_start(record, spec.name, running, e)
+            record = record or self._written_before(spec.name)  # interrupted once the row was in
+            if record is not None:
+                self._abandon_start(record, spec.name, running, e)
             reason = _start_failure(e)
             if isinstance(e, GpugeekError | KeyboardInterrupt):
                 raise
@@ -287,6 +295,15 @@ class PoolManager:
         self.registry.heartbeat([record.id])
         log.info("pool %s ready: %s", spec.name, running.dashboard_link)
         return pool
+
+    def _written_before(self, name: str) -> PoolRecord | None:
+        """The starting row of ``name`` this manager wrote, when a launch was interrupted after the
+        registry had it but before the launch knew (None: no such row)."""
+        try:
+            row = self.registry.live_pool(name)
+        except NotFoundError:
+            return None
+        return row if row.owner == self.owner and row.status is PoolStatus.STARTING else None
 
     def _abandon_start(
         self, record: PoolRecord, name: str, running: RunningCluster | None, error: BaseException
