@@ -12,7 +12,7 @@ process that runs the job, the agent is told directly.
 from __future__ import annotations
 
 from ..errors import GpugeekError, Phrase, Value
-from ..store import JobRecord, Registry, get_registry
+from ..store import JobRecord, PoolRecord, Registry, get_registry
 from .agent import cancel_job
 from .payload import CANCEL_TOPIC
 from .transport import tell_scheduler
@@ -30,17 +30,7 @@ def request_cancel(job: JobRecord, reason: str, registry: Registry | None = None
     registry = registry or get_registry()
     pool = registry.pool_by_id(job.pool_id)
     if not pool.status.is_live or not pool.scheduler_address:
-        why = f"is {pool.status.value}" if not pool.status.is_live else "has no scheduler to reach yet"
-        raise GpugeekError(
-            Phrase(
-                "job {job} cannot be cancelled from here: its pool {pool} {why}; interrupt the process that "
-                "runs it ({submitter})",
-                job=Value(job.id),
-                pool=Value(pool.name),
-                why=why,
-                submitter=job.submitter or "its submitter is not recorded",
-            )
-        )
+        raise _unreachable(job, pool, f"is {pool.status.value}" if not pool.status.is_live else "has no scheduler yet")
     try:
         tell_scheduler(
             pool.scheduler_address,
@@ -51,14 +41,18 @@ def request_cancel(job: JobRecord, reason: str, registry: Registry | None = None
             security=connection_security(pool, registry),
         )
     except (OSError, TimeoutError) as e:
-        raise GpugeekError(
-            Phrase(
-                "job {job} cannot be cancelled from here: its pool {pool}'s scheduler {address} does not answer "
-                "({error}); interrupt the process that runs it ({submitter})",
-                job=Value(job.id),
-                pool=Value(pool.name),
-                address=pool.scheduler_address,
-                error=str(e) or type(e).__name__,
-                submitter=job.submitter or "its submitter is not recorded",
-            )
-        ) from e
+        answer = f"'s scheduler {pool.scheduler_address} does not answer ({str(e) or type(e).__name__})"
+        raise _unreachable(job, pool, answer) from e
+
+
+def _unreachable(job: JobRecord, pool: PoolRecord, why: str) -> GpugeekError:
+    return GpugeekError(
+        Phrase(
+            "job {job} cannot be cancelled from here: its pool {pool}{why}; interrupt the process that runs it "
+            "({submitter})",
+            job=Value(job.id),
+            pool=Value(pool.name),
+            why=why if why.startswith("'") else f" {why}",
+            submitter=job.submitter or "its submitter is not recorded",
+        )
+    )

@@ -117,49 +117,83 @@ function addCommands(
   });
 }
 
+/** What one kind of main-area tab needs: its key (asked for when missing) and how to make one. */
+interface ITabKind<T extends Widget> {
+  tracker: WidgetTracker<MainAreaWidget<T>>;
+  /** The key of a tab's content (a pool's name, a job's id). */
+  keyOf: (content: T) => string;
+  ask: { title: string; placeholder: string };
+  make: (key: string) => { content: T; id: string; label: string };
+}
+
+/**
+ * Open the tab of `key` (asked for when empty): the open one is shown again,
+ * else a new one docks to the right of the current tab.
+ */
+async function openTab<T extends Widget>(
+  app: JupyterFrontEnd,
+  kind: ITabKind<T>,
+  given: string
+): Promise<MainAreaWidget<T> | undefined> {
+  let key = given;
+  if (!key) {
+    const asked = await InputDialog.getText(kind.ask);
+    key = asked.button.accept ? (asked.value ?? '').trim() : '';
+    if (!key) {
+      return undefined;
+    }
+  }
+  const open = kind.tracker.find(widget => kind.keyOf(widget.content) === key);
+  if (open) {
+    app.shell.activateById(open.id);
+    return open;
+  }
+  const made = kind.make(key);
+  const widget = new MainAreaWidget({ content: made.content });
+  widget.id = made.id;
+  widget.title.label = made.label;
+  widget.title.icon = gpuIcon;
+  widget.title.closable = true;
+  void kind.tracker.add(widget);
+  if (!widget.isAttached) {
+    app.shell.add(widget, 'main', { mode: 'split-right' });
+  }
+  app.shell.activateById(widget.id);
+  return widget;
+}
+
 /**
  * The pools' monitors as main-area tabs, one per pool, restored with the
- * layout by the pool's name.
+ * layout by the pool's name and with the window picked in them.
  */
 function addMonitor(app: JupyterFrontEnd, api: GpugeekApi, restorer: ILayoutRestorer | null): void {
   const tracker = new WidgetTracker<MainAreaWidget<PoolMonitor>>({ namespace: 'gpugeek-monitor' });
+  const keep = (changed: PoolMonitor): void => {
+    const kept = tracker.find(widget => widget.content === changed);
+    if (kept) {
+      void tracker.save(kept); // the restored tab keeps the window
+    }
+  };
   app.commands.addCommand(CommandIDs.openMonitor, {
     label: args => (args.name ? `Open Monitor of Pool ${args.name}` : 'Open Pool Monitor…'),
-    execute: async args => {
-      let name = args.name ? String(args.name) : '';
-      if (!name) {
-        const asked = await InputDialog.getText({ title: 'Monitor of pool', placeholder: 'pool name, e.g. dev' });
-        name = asked.button.accept ? (asked.value ?? '').trim() : '';
-        if (!name) {
-          return;
-        }
-      }
-      const open = tracker.find(widget => widget.content.poolName === name);
-      if (open) {
-        app.shell.activateById(open.id);
-        return open;
-      }
-      const monitor = new PoolMonitor(api, name, {
-        windowS: typeof args.window === 'number' ? args.window : undefined,
-        onWindowChanged: changed => {
-          const kept = tracker.find(widget => widget.content === changed);
-          if (kept) {
-            void tracker.save(kept); // the restored tab keeps the window
-          }
-        }
-      });
-      const widget = new MainAreaWidget({ content: monitor });
-      widget.id = monitorId(name);
-      widget.title.label = `Monitor: ${name}`;
-      widget.title.icon = gpuIcon;
-      widget.title.closable = true;
-      void tracker.add(widget);
-      if (!widget.isAttached) {
-        app.shell.add(widget, 'main', { mode: 'split-right' });
-      }
-      app.shell.activateById(widget.id);
-      return widget;
-    }
+    execute: args =>
+      openTab(
+        app,
+        {
+          tracker,
+          keyOf: monitor => monitor.poolName,
+          ask: { title: 'Monitor of pool', placeholder: 'pool name, e.g. dev' },
+          make: name => ({
+            content: new PoolMonitor(api, name, {
+              windowS: typeof args.window === 'number' ? args.window : undefined,
+              onWindowChanged: keep
+            }),
+            id: monitorId(name),
+            label: `Monitor: ${name}`
+          })
+        },
+        args.name ? String(args.name) : ''
+      )
   });
   void restorer?.restore(tracker, {
     command: CommandIDs.openMonitor,
@@ -176,32 +210,17 @@ function addJobTabs(app: JupyterFrontEnd, api: GpugeekApi, restorer: ILayoutRest
   const tracker = new WidgetTracker<MainAreaWidget<JobTab>>({ namespace: 'gpugeek-job' });
   app.commands.addCommand(CommandIDs.openJob, {
     label: args => (args.id ? `Open Job ${args.id}` : 'Open Job Output…'),
-    execute: async args => {
-      let id = args.id ? String(args.id) : '';
-      if (!id) {
-        const asked = await InputDialog.getText({ title: 'Open job', placeholder: 'job id, e.g. job-1a2b3c4d' });
-        id = asked.button.accept ? (asked.value ?? '').trim() : '';
-        if (!id) {
-          return;
-        }
-      }
-      const open = tracker.find(widget => widget.content.jobId === id);
-      if (open) {
-        app.shell.activateById(open.id);
-        return open;
-      }
-      const widget = new MainAreaWidget({ content: new JobTab(api, id) });
-      widget.id = jobTabId(id);
-      widget.title.label = `Job ${id}`;
-      widget.title.icon = gpuIcon;
-      widget.title.closable = true;
-      void tracker.add(widget);
-      if (!widget.isAttached) {
-        app.shell.add(widget, 'main', { mode: 'split-right' });
-      }
-      app.shell.activateById(widget.id);
-      return widget;
-    }
+    execute: args =>
+      openTab(
+        app,
+        {
+          tracker,
+          keyOf: tab => tab.jobId,
+          ask: { title: 'Open job', placeholder: 'job id, e.g. job-1a2b3c4d' },
+          make: id => ({ content: new JobTab(api, id), id: jobTabId(id), label: `Job ${id}` })
+        },
+        args.id ? String(args.id) : ''
+      )
   });
   void restorer?.restore(tracker, {
     command: CommandIDs.openJob,

@@ -17,7 +17,7 @@ import pytest
 from support.docs_images import keep_for_docs
 from support.kernel import KernelSession
 from support.lab_server import LabServer
-from support.panel import READY_TIMEOUT_MS, expect, open_panel, widen_sidebar
+from support.panel import READY_TIMEOUT_MS, expect, open_panel, running_job_row, widen_sidebar
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -69,7 +69,7 @@ def test_a_running_jobs_row_shows_its_ranks_states_and_their_grouped_output(
     try:
         panel = open_panel(page, lab)
         widen_sidebar(page, 720)
-        running_row = panel.locator(".gpugeek-job-row").filter(has=page.locator(".gpugeek-status-running"))
+        running_row = running_job_row(panel)
         expect(running_row).to_have_count(1, timeout=READY_TIMEOUT_MS)
         job_id = running_row.get_attribute("data-job-id")
         row = panel.locator(f'.gpugeek-job-row[data-job-id="{job_id}"]')
@@ -190,7 +190,7 @@ def test_a_job_opens_as_a_tab_with_its_output_and_a_chart_per_logged_value_resto
     running = kernel.execute(LOGGING_CELL)
     try:
         panel = open_panel(page, lab)
-        row = panel.locator(".gpugeek-job-row").filter(has=page.locator(".gpugeek-status-running"))
+        row = running_job_row(panel)
         expect(row).to_have_count(1, timeout=READY_TIMEOUT_MS)
         job_id = row.get_attribute("data-job-id")
         row.locator(".gpugeek-job-open-button").click()

@@ -15,7 +15,7 @@ import pytest
 from support.docs_images import keep_for_docs
 from support.kernel import KernelSession
 from support.lab_server import LabServer
-from support.panel import READY_TIMEOUT_MS, expect, open_panel, widen_sidebar
+from support.panel import READY_TIMEOUT_MS, expect, open_panel, running_job_row, widen_sidebar
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -51,7 +51,7 @@ def test_where_on_a_running_job_shows_each_rank_grouped(
     try:
         panel = open_panel(page, lab)
         widen_sidebar(page, 720)
-        job = panel.locator(".gpugeek-job-row").filter(has=page.locator(".gpugeek-status-running"))
+        job = running_job_row(panel)
         button = job.locator(".gpugeek-job-where-button")
         expect(button).to_have_text("Where", timeout=READY_TIMEOUT_MS)
         text = job.locator(".gpugeek-job-where-text")
@@ -84,7 +84,7 @@ def test_cancel_on_a_notebooks_running_job_ends_its_cell(
     running = kernel.execute("%%gpugeek_run\nimport time\nfor _ in range(1200): time.sleep(0.1)\nprint('finished')")
     panel = open_panel(page, lab)
     widen_sidebar(page, 720)
-    job = panel.locator(".gpugeek-job-row").filter(has=page.locator(".gpugeek-status-running"))
+    job = running_job_row(panel)
     button = job.locator(".gpugeek-job-cancel-button")
     expect(button).to_have_text("Cancel", timeout=READY_TIMEOUT_MS)
     assert "on every rank" in (button.get_attribute("title") or "")

@@ -69,6 +69,6 @@ def test_cancelling_a_job_whose_pool_cannot_be_reached_says_which_process_to_int
     with pytest.raises(GpugeekError) as raised:
         JobHandle("job-0000beef").cancel()
     assert str(raised.value) == (
-        "job 'job-0000beef' cannot be cancelled from here: its pool 'here' has no scheduler to reach yet; "
+        "job 'job-0000beef' cannot be cancelled from here: its pool 'here' has no scheduler yet; "
         "interrupt the process that runs it (notebook a.ipynb)"
     )

@@ -48,6 +48,11 @@ def pool_row(panel: Any, name: str) -> Any:
     return panel.locator(f'.gpugeek-pool-row[data-pool-name="{name}"]')
 
 
+def running_job_row(panel: Any) -> Any:
+    """The row of the job that runs now (the tests run one at a time)."""
+    return panel.locator(".gpugeek-job-row").filter(has=panel.page.locator(".gpugeek-status-running"))
+
+
 def ended_row(panel: Any, name: str) -> Any:
     """An ended pool's compact row (in Recent, or in the older history below it)."""
     return panel.locator(f'.gpugeek-ended-row[data-pool-name="{name}"]')
