@@ -573,6 +573,10 @@ def _ensure_group(job: RankJob, device: Any) -> None:
     if device.type == "cuda":
         kwargs["device_id"] = device
     dist.init_process_group(job.backend, init_method="env://", **kwargs)
+    # whole on every rank before any runs the job's code: a rank that returned from gloo's mesh
+    # first and failed at once (a bad argument) closed its pairs while a peer still connected them,
+    # and that peer's error read "Gloo connectFullMesh failed" instead of the job's own
+    dist.barrier()
     _runtime.group_ready = True
 
 
