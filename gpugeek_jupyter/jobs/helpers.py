@@ -335,7 +335,8 @@ class Helpers:
         """
         from .lineage import dataset
 
-        return dataset(path_or_url)
+        # one fingerprint per host: its ranks read the same path, and hashing it once is enough
+        return dataset(path_or_url, record_it=self.local_rank == 0)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def checkpoint(

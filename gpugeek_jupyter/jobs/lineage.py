@@ -142,9 +142,11 @@ def record(role: str, target: str | os.PathLike[str], facts: dict[str, Any]) -> 
         forwarder.lineage({"role": role, "uri": location(target), "fingerprint": facts})
 
 
-def dataset(target: str | os.PathLike[str]) -> str:
-    """``gg.dataset``: record that the job reads ``target``; returns it, as given, to read."""
-    record("input", target, fingerprint(target))
+def dataset(target: str | os.PathLike[str], record_it: bool = True) -> str:
+    """``gg.dataset``: record that the job reads ``target`` (``record_it``: this rank fingerprints it;
+    the others of its host only return it); returns it, as given, to read."""
+    if record_it:
+        record("input", target, fingerprint(target))
     return os.fspath(target)
 
 
