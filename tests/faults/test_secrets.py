@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from support.kernel import KernelSession
-from support.lab_server import start_lab
+from support.lab_server import LabServer, start_lab
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +40,11 @@ def _credential_material(registry: Path) -> list[str]:
         lines += [line for line in pem.read_text().splitlines() if len(line) >= 32 and not line.startswith("-----")]
     assert len(lines) > 3, "no pool credentials to look for: is the pool running with TLS?"
     return lines
+
+
+def _pool_status(server: LabServer, name: str) -> str | None:
+    _, body = server.call("GET", "gpugeek/pools")
+    return next((pool["status"] for pool in body["pools"] if pool["name"] == name), None)
 
 
 def _where(secret: str, text: str, width: int = 120) -> list[str]:
@@ -133,6 +139,9 @@ def test_the_server_token_and_api_key_never_appear_in_the_server_log_or_registry
             ("DELETE", "pools/ghost", None),  # 404
         ]:
             if (method, path) == ("DELETE", "pools/from-panel"):  # the pool's credentials go with it
+                # the panel's launch answers at once and the pool starts behind it: its certificates
+                # exist once it is ready (a slow machine took longer than the requests above)
+                wait_for(lambda: _pool_status(server, "from-panel") == "ready", 120, "the panel's pool ready")
                 material = _credential_material(registry)
             _, answer = server.call(method, f"gpugeek/{path}", body)
             answers.append(json.dumps(answer))
