@@ -183,6 +183,7 @@ class Job:
         output: str | None = None,
         min_ranks: int | None = None,
         wait: bool = True,
+        track: bool | str | None = None,
     ) -> JobResult:
         """Run a script on every rank as ``torchrun --nproc_per_node=N`` would; returns a ``JobResult``.
 
@@ -209,6 +210,10 @@ class Job:
         ``[ranks 0-7] ...``), ``"all"`` (``[rank N]`` each) or ``"rank0"``; by default
         ``GpugeekConfig.output_mode`` (grouped past 2 ranks). Every rank's full log stays on disk:
         ``result.logs(rank)``.
+
+        ``track`` makes the job one MLflow run: by default when ``GpugeekConfig.mlflow_tracking_uri``
+        is set; ``False``: no run; ``True``: at that setting's server (an error without one); a URI
+        (``track="http://127.0.0.1:5000"``): at that server.
         """
         from .jobs import run_script
         from .jobs.job_env import check_job_env
@@ -235,6 +240,7 @@ class Job:
                     on_progress=progress,
                     env=env,
                     wait=wait,
+                    track=track,
                     on_wait=WaitLines(),
                 )
             finally:
@@ -292,6 +298,7 @@ class Job:
         max_restarts: int = 0,
         env: dict[str, str] | None = None,
         min_ranks: int | None = None,
+        track: bool | str | None = None,
     ) -> JobHandle:
         """Start a script as :meth:`run` would, without waiting: its :class:`~gpugeek_jupyter.JobHandle`
         (``.status()``, ``.logs(follow=True)``, ``.wait()``, ``.result()``, ``.cancel()``).
@@ -318,6 +325,7 @@ class Job:
                 max_restarts=max_restarts,
                 min_ranks=min_ranks,
                 env=env,
+                track=track,
             )
             return submit_request(self.pool, request)
 

@@ -60,8 +60,10 @@ class VersionCheck(PoolLifecyclePlugin):
 def create_pool_manager(registry: Registry | None = None, owner: str | None = None) -> PoolManager:
     """A pool manager with the standard plugins, the same in a kernel, a script and the server."""
     from .cost.guards import install_cost_hooks
+    from .cost.ledger import job_cost
     from .cost.team import install_team_ledger
     from .jobs import EndJobsBeforeStop
+    from .jobs.tracking import price_jobs_with
 
     manager = PoolManager(registry=registry, owner=owner)
     manager.register_plugin(TelemetryStarter())  # samplers on every worker of a new pool
@@ -69,6 +71,7 @@ def create_pool_manager(registry: Registry | None = None, owner: str | None = No
     install_cost_hooks(manager)  # utilization samples, budget and idle-shutdown watchers
     install_team_ledger(manager)  # quotas checked at launch; pools written to the team ledger if there is one
     manager.register_plugin(EndJobsBeforeStop())  # a running job ends, with the reason, before its workers go
+    price_jobs_with(lambda registry, job_id: job_cost(registry, job_id).total_usd)  # a tracked job's cost tag
     return manager
 
 

@@ -75,8 +75,10 @@ def cell_request(
     min_ranks: int | None = None,
     env: Mapping[str, str] | None = None,
     wait: bool = True,
+    track: bool | str | None = None,
 ) -> JobRequest:
-    """The request of a cell: its code, and the notebook names it uses from ``namespace``, captured now."""
+    """The request of a cell: its code, and the notebook names it uses from ``namespace``, captured now.
+    ``track``: the job's MLflow run (:mod:`.tracking`: None per the setting, False none, or a URI)."""
     from .cell import prepare_cell
     from .request import JobRequest, parse_ranks
 
@@ -95,6 +97,7 @@ def cell_request(
         ranks=chosen,
         min_ranks=min_ranks,
         wait=wait,
+        track=track,
     )
     request.validate()
     return request
@@ -160,8 +163,10 @@ def script_request(
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
     wait: bool = True,
+    track: bool | str | None = None,
 ) -> JobRequest:
-    """The request of a torchrun-ready script (see :mod:`.script`): its source, read now."""
+    """The request of a torchrun-ready script (see :mod:`.script`): its source, read now; ``track``
+    as :func:`cell_request`'s."""
     from .request import JobRequest
     from .script import prepare_script
 
@@ -176,6 +181,7 @@ def script_request(
         stream=stream,
         env=dict(env) if isinstance(env, Mapping) else env or {},  # validate() checks it
         wait=wait,
+        track=track,
     )
     request.validate()
     return request

@@ -42,12 +42,13 @@ from .result import JobResult
 from .roster import WorkerRoster
 from .slow_ranks import SlowRanks
 from .state import AttemptResult, AttemptState
-from .tracking import MlflowRun, both, start_run
+from .tracking import MlflowRun, both, job_cost_usd, start_run
 from .transport import PoolTransport
 from .watch import AttemptPlan, AttemptSinks, AttemptWatch, OutputCallback, ProgressCallback
 
 if TYPE_CHECKING:
     from ..pools import Pool
+    from ..telemetry import Columns
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +192,7 @@ class JobAgent:
         logs = JobLogs(job_id)
         run = self._tracking_run(job_id, request)
         logs.on_metrics = both(on_metrics, run.metrics if run is not None else None)
+        record.also_tell = run.lineage if run is not None else None
         restarts, not_started = 0, 0
         sizes: list[int] = []  # the world size of each attempt that ran, when it changed (elastic jobs)
         try:
@@ -241,7 +243,7 @@ class JobAgent:
         )
         record.finished(result)
         if run is not None:
-            unsent = run.end(result)
+            unsent = run.end(result, job_cost_usd(self.pool.registry, job_id) if record.written else None)
             if unsent is not None:
                 on_notice(unsent)
         return result
@@ -250,15 +252,22 @@ class JobAgent:
         """The job's MLflow run when ``GpugeekConfig.mlflow_tracking_uri`` is set (see :mod:`.tracking`)."""
         from ..config import get_config
 
-        uri = get_config().mlflow_tracking_uri
-        if not uri:
+        uri = request.track if isinstance(request.track, str) else get_config().mlflow_tracking_uri
+        if not uri or request.track is False:
             return None
         spec = self.pool.spec
         params = {**request.hyperparams, "pool.gpu_type": spec.gpu_type, "pool.count": spec.count}
         params["pool.backend"] = spec.backend
         tags = {"gpugeek.job_id": job_id, "gpugeek.pool": self.pool.name, "gpugeek.kind": request.kind}
         tags["gpugeek.code_sha256"] = request.sha256
-        return start_run(uri, job_id, params, tags)
+        pool = self.pool
+
+        def system_samples(start: float, end: float, collect: bool) -> Columns:
+            from .. import telemetry
+
+            return telemetry.samples_between(pool, start, end, collect)
+
+        return start_run(uri, job_id, params, tags, system_samples)
 
     def _attempt(
         self,

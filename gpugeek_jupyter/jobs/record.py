@@ -8,6 +8,7 @@ what is still open when a pool ends (``cancelled`` for a stop, ``failed`` for a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..store import JobStatus, QueuePlace, Submitter
@@ -30,6 +31,7 @@ class JobRecord:
         self.kept = kept  # False: the agent's own work (warming the group up), not a user's job
         self.written = False
         self.world_size = 0  # as the row says
+        self.also_tell: Callable[[dict[str, Any]], None] | None = None  # lineage, to the job's MLflow run
 
     # -- the queue (kept records only: the agent's own work runs within a job's turn) ------------
     def queue(self, submitter: Submitter) -> QueuePlace:
@@ -78,6 +80,8 @@ class JobRecord:
         """Keep a rank's lineage record (:mod:`.lineage`) with the job."""
         if self.kept:
             self.registry.add_lineage(self.job_id, record["role"], record["uri"], record["fingerprint"])
+        if self.also_tell is not None:
+            self.also_tell(record)
 
     def finished(self, result: JobResult) -> None:
         """The job's final status, restarts, per-rank exits and why it failed."""

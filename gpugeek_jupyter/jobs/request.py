@@ -39,6 +39,7 @@ class JobRequest:
     # a cell's notebook values, for this process's agent to send those the ranks lack (.names)
     names: CellNames | None = None
     notices: tuple[str, ...] = ()  # told to the caller when the job starts (a name a cell left out)
+    track: bool | str | None = None  # its MLflow run: None per the setting, False none, True the setting's, or a URI
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled for another process (a detached job): that one holds nothing on the ranks, so the
@@ -54,11 +55,39 @@ class JobRequest:
     def kind(self) -> str:
         return "script" if isinstance(self.code, ScriptCode) else "cell"
 
+    def _check_track(self) -> None:
+        """``track``: None, a bool, or a tracking URI; True needs the setting to name one."""
+        example = "http://127.0.0.1:5000"
+        if self.track is None or self.track is False:
+            return
+        if isinstance(self.track, str):
+            if not self.track.strip() or any(c.isspace() for c in self.track):
+                raise SpecError(field="track", value=self.track, rule="an MLflow tracking URI", example=example)
+            return
+        if self.track is not True:
+            raise SpecError(
+                field="track", value=self.track, rule="True, False or an MLflow tracking URI", example=example
+            )
+        from ..config import get_config
+
+        if not get_config().mlflow_tracking_uri:
+            raise SpecError(
+                Phrase(
+                    "{field} needs a tracking server: set GPUGEEK_MLFLOW_URI "
+                    "(GpugeekConfig.mlflow_tracking_uri), or name one (e.g. {example})"
+                ),
+                field="track",
+                value=self.track,
+                rule="a tracking server",
+                example=example,
+            )
+
     def validate(self) -> None:
         if not isinstance(self.wait, bool):
             raise SpecError(field="wait", value=self.wait, rule="True or False", example=False)
         if self.timeout is not None and not self.timeout > 0:
             raise SpecError(field="timeout", value=self.timeout, rule="a number of seconds > 0", example=600)
+        self._check_track()
         if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
             raise SpecError(field="max_restarts", value=self.max_restarts, rule="a whole number >= 0", example=2)
         from .job_env import check_job_env

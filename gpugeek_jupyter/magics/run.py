@@ -139,6 +139,15 @@ class JobMagics(Magics):
     )
     @argument("--monitor", action="store_true", help="show the live utilization panel of the pool under the cell")
     @argument(
+        "--track",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="URI",
+        help="make this job an MLflow run: at GPUGEEK_MLFLOW_URI, or at URI (e.g. --track http://127.0.0.1:5000)",
+    )
+    @argument("--no-track", action="store_true", help="no MLflow run for this job, though GPUGEEK_MLFLOW_URI is set")
+    @argument(
         "--env",
         action="append",
         default=[],
@@ -239,6 +248,7 @@ class JobMagics(Magics):
             if args.detach:
                 return self._detach(args, pool, cell, script_args, timeout, max_restarts, min_ranks, ranks)
             options = {
+                "track": _track(args),
                 "env": _job_env(args.env),
                 "timeout": timeout,
                 "max_restarts": max_restarts,
@@ -312,6 +322,7 @@ class JobMagics(Magics):
             "max_restarts": max_restarts,
             "min_ranks": min_ranks,
             "env": _job_env(args.env),
+            "track": _track(args),
         }
         if args.script_path is not None:
             request = script_request(args.script_path, script_args, **common)
@@ -648,6 +659,13 @@ def _job_env(assignments: list[str]) -> dict[str, str]:
     from ..jobs.job_env import check_job_env, parse_assignments
 
     return check_job_env(parse_assignments(assignments))
+
+
+def _track(args: Any) -> bool | str | None:
+    """``--track [URI]`` / ``--no-track`` as the job's ``track`` option."""
+    if args.no_track and args.track is not None:
+        raise UsageError("--track and --no-track ask for opposite things: give one (e.g. %%gpugeek_run --track)")
+    return False if args.no_track else args.track
 
 
 def _ends_with_expression(cell: str) -> bool:

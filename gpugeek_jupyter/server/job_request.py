@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import Phrase, SpecError, Surface, phrased_for
-from .launch_request import _LIST, _NUMBER, _OBJECT, _STRING, typed_body
+from .launch_request import _BOOLEAN, _LIST, _NUMBER, _OBJECT, _STRING, typed_body
 
 # field -> (its JSON type, whether null is allowed, a valid example)
-JOB_FIELDS: dict[str, tuple[str, bool, Any]] = {
+JOB_FIELDS: dict[str, tuple[str | tuple[str, ...], bool, Any]] = {
     "pool": (_STRING, False, "train"),
     "script_path": (_STRING, False, "train.py"),
     "args": (_LIST, True, ["--epochs", "3"]),
@@ -29,6 +29,7 @@ JOB_FIELDS: dict[str, tuple[str, bool, Any]] = {
     "timeout": (_NUMBER, True, 3600),
     "max_restarts": (_NUMBER, True, 2),
     "min_ranks": (_NUMBER, True, 2),
+    "track": ((_BOOLEAN, _STRING), True, "http://127.0.0.1:5000"),  # its MLflow run (jobs.tracking)
 }
 _REQUIRED = {"pool": "the kept pool to run on", "script_path": "the script to run"}
 _BODY_EXAMPLE = '{"pool": "train", "script_path": "train.py", "hyperparams": {"lr": 0.001}}'

@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import json
 import unicodedata
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import Phrase, SpecError, Surface, phrased_for
@@ -102,7 +103,7 @@ def parse_launch_body(body: bytes) -> dict[str, Any]:
 
 def typed_body(
     body: bytes,
-    fields: dict[str, tuple[str, bool, Any]],
+    fields: Mapping[str, tuple[str | tuple[str, ...], bool, Any]],
     request_name: str,
     body_example: str,
     multiline: frozenset[str] | set[str] = frozenset(),
@@ -125,12 +126,13 @@ def typed_body(
                 rule=", ".join(fields),
             )
         kind, nullable, example = fields[key]
-        if (value is None and not nullable) or (value is not None and _json_kind(value) != kind):
+        kinds = (kind,) if isinstance(kind, str) else kind  # one JSON type, or a few
+        if (value is None and not nullable) or (value is not None and _json_kind(value) not in kinds):
             raise SpecError(
                 Phrase("{field} must be {rule}, got {value} ({kind}) (e.g. {example})", kind=_json_kind(value)),
                 field=key,
                 value=value,
-                rule=kind + (" or null" if nullable else ""),
+                rule=" or ".join(kinds) + (" or null" if nullable else ""),
                 example=example,
             )
         allowed = "\n\t" if key in multiline else ""

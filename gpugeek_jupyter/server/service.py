@@ -404,6 +404,7 @@ class GpugeekService:
                 max_restarts=int(fields.get("max_restarts") or 0),
                 min_ranks=fields.get("min_ranks"),
                 env=fields.get("env"),
+                track=fields.get("track"),
             )
             request.submitted_by = "the Jupyter server"
             handle = submit_request(pool, request)

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COLUMNS",
+    "Columns",
     "PLUGIN_NAME",
     "SCHEMA",
     "RingBuffer",
@@ -59,6 +60,7 @@ __all__ = [
     "latest_from_workers",
     "recent_from_workers",
     "metrics",
+    "samples_between",
     "set_period",
     "uninstall",
 ]
@@ -186,6 +188,18 @@ def _columns(pool: Pool, start: float | None = None, end: float | None = None): 
         return RingBuffer().columns()
     if len(feed.buffer) == 0 and not feed.closed:
         feed.collect_now()  # a feed started just now: fetch what the workers already hold
+    return feed.buffer.columns(start, end)
+
+
+def samples_between(pool: Pool, start: float, end: float, collect: bool = False) -> Columns:
+    """The columns (:data:`SCHEMA`) of the samples this process holds of ``pool`` taken between
+    ``start`` and ``end`` (epoch seconds); nothing when it collects none (telemetry off). With
+    ``collect``, the workers' pending samples are fetched first (one ``client.run``)."""
+    feed = feed_for(pool, start=False)
+    if feed is None:
+        return RingBuffer().columns()
+    if collect and not feed.closed:
+        feed.collect_now()
     return feed.buffer.columns(start, end)
 
 

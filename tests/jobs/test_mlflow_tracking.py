@@ -8,6 +8,7 @@ an ``mlflow`` next to this Python, else the tests are skipped saying so.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -156,3 +157,58 @@ def test_the_server_killed_mid_job_leaves_the_result_unchanged(server: MlflowSer
     assert time.monotonic() - started < 60  # the end waited a bounded time for the tracking thread
     said = [n for n in notices if n.startswith("MLflow:")]
     assert len(said) == 1 and result.job_id in said[0] and "kept with the job" in said[0], notices
+
+
+TRAINS = """
+import time, torch
+frame = open(gg.dataset(data)).read()
+model = torch.nn.Linear(2, 1)
+ckpt = gg.checkpoint(folder, model=model)
+for step in range(3):
+    time.sleep(0.3)
+    gg.log(step=step, loss=1.0 / (step + 1))
+    ckpt.save(step)
+"""
+
+
+def test_a_run_has_the_pools_system_metrics_its_dataset_its_checkpoints_and_its_cost(
+    server: MlflowServer, cpu_pool: Any, tmp_path: Path
+) -> None:
+    from gpugeek_jupyter import telemetry
+
+    telemetry.set_period(cpu_pool, 0.2)  # samples within this short job
+    data = tmp_path / "train.csv"
+    data.write_text("x,y\n1,2\n")
+    names = {"data": str(data), "folder": str(tmp_path / "ckpt")}
+    result = run_cell(cpu_pool, TRAINS, names, timeout=120)
+    assert result.ok, result.report()
+    (run,) = runs(server.uri, 1)
+    client = mlflow.tracking.MlflowClient(tracking_uri=server.uri)
+    system = {name for name in run.data.metrics if name.startswith("system/")}
+    assert {"system/0/cpu_utilization_percentage", "system/1/system_memory_usage_megabytes"} <= system, system
+    assert all(client.get_metric_history(run.info.run_id, name) for name in system)
+    [given] = run.inputs.dataset_inputs
+    assert given.dataset.name == "train.csv" and str(data) in given.dataset.source
+    assert given.dataset.digest == hashlib.sha256(data.read_bytes()).hexdigest()[:36]
+    checkpoints = run.data.tags["gpugeek.checkpoints"].splitlines()
+    assert [Path(c).name for c in checkpoints] == [f"step-00000000{s}.pt" for s in range(3)]
+    assert float(run.data.tags["gpugeek.cost_usd"]) >= 0.0  # the ledger's cost of the job (a cpu pool's is 0)
+
+
+def test_track_chooses_per_job_and_a_bad_one_is_one_line(
+    server: MlflowServer, pool: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugeek_jupyter import config
+    from gpugeek_jupyter.errors import SpecError
+
+    assert run_cell(pool, "1", {}, track=False, timeout=120).ok  # the setting is on: this job asks for no run
+    monkeypatch.delenv("GPUGEEK_MLFLOW_URI")
+    config.set_config(None)
+    assert run_cell(pool, "2", {}, timeout=120).ok  # the setting is off: no run
+    chosen = run_cell(pool, "3", {}, track=server.uri, timeout=120)  # this job's own server
+    assert chosen.ok
+    assert [run.info.run_name for run in runs(server.uri, 1)] == [chosen.job_id]
+    with pytest.raises(SpecError, match=r"^track needs a tracking server: set GPUGEEK_MLFLOW_URI"):
+        run_cell(pool, "4", {}, track=True)
+    with pytest.raises(SpecError, match=r"^track must be True, False or an MLflow tracking URI, got 5 "):
+        run_cell(pool, "5", {}, track=5)

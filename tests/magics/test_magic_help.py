@@ -117,3 +117,18 @@ def test_old_flag_spellings_still_work_and_stay_out_of_the_help(shell: Interacti
         shell.run_cell_magic("gpugeek_run", "--script train.py", "rank")
     with pytest.raises(UsageError, match=r"^--script-path is for the line magic"):
         shell.run_cell_magic("gpugeek_run", "--script-path train.py", "rank")
+
+
+def test_track_is_a_flag_with_an_optional_uri_and_a_bad_one_is_one_line(shell: InteractiveShell, cpu_pool: Any) -> None:
+    run = magic_functions()["gpugeek_run"].parser  # type: ignore[attr-defined]
+    assert run.parse_args([]).track is None and run.parse_args(["--track"]).track is True
+    assert run.parse_args(["--track", "http://127.0.0.1:5000"]).track == "http://127.0.0.1:5000"
+    assert run.parse_args(["--no-track"]).no_track is True
+    with pytest.raises(UsageError, match=r"^--track and --no-track ask for opposite things"):
+        shell.run_cell_magic("gpugeek_run", "--pool test-pool --track --no-track", "rank")
+    with pytest.raises(UsageError) as caught:  # no GPUGEEK_MLFLOW_URI here
+        shell.run_cell_magic("gpugeek_run", "--pool test-pool --track", "rank")
+    assert str(caught.value) == (
+        "--track needs a tracking server: set GPUGEEK_MLFLOW_URI (GpugeekConfig.mlflow_tracking_uri), "
+        "or name one (e.g. --track http://127.0.0.1:5000)"
+    )

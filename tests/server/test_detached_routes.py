@@ -86,6 +86,11 @@ BAD_BODIES = [
     ({"pool": "kept", "script_path": "t.py", "args": [1]}, 400, '"args" must be a list of strings, got [1]'),
     ({"pool": "kept", "script": "t.py"}, 400, 'unknown field "script" in the job submission'),
     ({"pool": "kept", "script_path": 3}, 400, '"script_path" must be a string or null'),
+    (
+        {"pool": "kept", "script_path": "t.py", "track": 1},
+        400,
+        '"track" must be a boolean or a string or null, got 1 (a number) (e.g. "track": "http://127.0.0.1:5000")',
+    ),
 ]
 
 
