@@ -28,9 +28,11 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
+from ..pools.versions import pool_software
 from ..store import JobStatus
 from . import rank as rank_side
 from .events import CancelRequested, Events, PoolStopping, WorkerRemoved, rank_event
+from .lineage import describe_software
 from .logs import JobLogs, MetricsCallback
 from .names import RanksHold, Shipment
 from .payload import CANCEL_TOPIC, OUTPUT_TOPIC, CellCode, RankJob, RankOutcome
@@ -260,6 +262,9 @@ class JobAgent:
         params["pool.backend"] = spec.backend
         tags = {"gpugeek.job_id": job_id, "gpugeek.pool": self.pool.name, "gpugeek.kind": request.kind}
         tags["gpugeek.code_sha256"] = request.sha256
+        software = pool_software(self.pool)
+        if software:
+            tags["gpugeek.software"] = describe_software(software)
         pool = self.pool
 
         def system_samples(start: float, end: float, collect: bool) -> Columns:

@@ -170,10 +170,13 @@ class JobLineage:
     inputs: list[LineageRecord] = field(default_factory=list)
     resumed_from: list[tuple[LineageRecord, JobLineage | None]] = field(default_factory=list)  # (record, its writer)
     outputs: list[LineageRecord] = field(default_factory=list)
+    software: dict[str, str] = field(default_factory=dict)  # Python and packages, as its ranks ran them
 
     def lines(self, indent: str = "") -> list[str]:
         """The chain as text, this job first, each resume's writer under it."""
         out = [f"{indent}{self.job_id} ({self.status}, pool {self.pool})"]
+        if self.software:
+            out.append(f"{indent}  ran on {describe_software(self.software)}")
         for item in self.inputs:
             out.append(f"{indent}  read {item.uri} ({describe(item.fingerprint)})")
         for item, writer in self.resumed_from:
@@ -197,6 +200,7 @@ class JobLineage:
                 for item, writer in self.resumed_from
             ],
             "outputs": [_json(item) for item in self.outputs],
+            "software": self.software,
         }
 
     def __str__(self) -> str:
@@ -205,6 +209,15 @@ class JobLineage:
 
 def _json(item: LineageRecord) -> dict[str, Any]:
     return {"uri": item.uri, "fingerprint": item.fingerprint, "recorded_at": item.recorded_at}
+
+
+def describe_software(software: dict[str, str]) -> str:
+    """``python 3.12.3, torch 2.13.0, ...``: what a job's ranks ran.
+
+    >>> describe_software({"python": "3.12.3", "torch": "2.13.0", "gpugeek_jupyter": "0.1.0"})
+    'python 3.12.3, torch 2.13.0, gpugeek_jupyter 0.1.0'
+    """
+    return ", ".join(f"{name} {version}" for name, version in software.items())
 
 
 def describe(facts: dict[str, Any]) -> str:
@@ -237,7 +250,7 @@ def trace(job_id: str, registry: Registry, depth: int = MAX_DEPTH, seen: set[str
     seen = set() if seen is None else seen
     seen.add(job_id)
     job = registry.job(job_id)
-    node = JobLineage(job_id, job.status.value, job.pool_name)
+    node = JobLineage(job_id, job.status.value, job.pool_name, software=dict(job.summary.get("software") or {}))
     for item in registry.lineage_of(job_id):
         if item.role == "input":
             node.inputs.append(item)

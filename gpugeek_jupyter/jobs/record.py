@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..pools.versions import pool_software
 from ..store import JobStatus, QueuePlace, Submitter
 from .logs import rank_state
 from .request import JobRequest
@@ -99,6 +100,7 @@ class JobRecord:
                 "states": {str(r.rank): rank_state(r.status) for r in result.ranks},  # JobLogs.states reads them
                 **({"where": result.where} if result.where else {}),
                 **({"sizes": result.sizes} if len(result.sizes) > 1 else {}),
+                **({"software": software} if (software := pool_software(self.pool)) else {}),  # lineage
             },
         )
 

@@ -31,6 +31,7 @@ NOTICE_KIND = "version-mismatch"
 CHECK_TIMEOUT_S = 10.0
 
 _checked: set[tuple[int, str]] = set()  # (pool id, scheduler address) checked by this process
+_software: dict[tuple[int, str], dict[str, str]] = {}  # what the workers answered, by check
 _checked_lock = threading.Lock()
 
 
@@ -100,6 +101,27 @@ def describe_mismatches(
     return f"pool '{pool_name}': {'; '.join(parts)}; install the same versions there, or expect jobs to fail"
 
 
+def workers_software(workers: Mapping[str, Mapping[str, Any] | BaseException]) -> dict[str, str]:
+    """Python and :data:`PACKAGES` as the workers that answered run them: a package's version, or its
+    versions joined by `` / `` where workers differ (``none``: not installed).
+
+    >>> workers_software({"w1": {"python": "3.12.3", "torch": "2.13.0"}, "w2": {"python": "3.12.3", "torch": None}})
+    {'python': '3.12.3', 'torch': '2.13.0 / none'}
+    """
+    found: dict[str, set[str]] = {}
+    for answer in workers.values():
+        if isinstance(answer, Mapping):
+            for name, version in answer.items():
+                found.setdefault(name, set()).add(_shown(version))
+    return {name: " / ".join(sorted(versions)) for name, versions in found.items()}
+
+
+def pool_software(pool: Pool) -> dict[str, str] | None:
+    """What :func:`check_pool_versions` found ``pool``'s workers run, when this process checked it."""
+    with _checked_lock:
+        return _software.get((pool.id, str(pool.scheduler_address)))
+
+
 def check_pool_versions(pool: Pool) -> str | None:
     """Compare ``pool``'s workers with this process once (per pool and process); a difference is posted
     as a notice (``%gpugeek_launch`` and ``%%gpugeek_run`` print it) and returned. Never raises."""
@@ -113,6 +135,8 @@ def check_pool_versions(pool: Pool) -> str | None:
     except Exception as e:
         log.info("pool %s: could not ask its workers for their versions: %s", pool.name, e)
         return None
+    with _checked_lock:
+        _software[key] = workers_software(answers)
     line = describe_mismatches(pool.name, software_versions(), answers)
     if line is not None:
         pool.manager.post_notice(pool, NOTICE_KIND, line)

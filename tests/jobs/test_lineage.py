@@ -49,6 +49,13 @@ def test_a_resumed_jobs_chain_reaches_the_data_the_first_job_read(cpu_pool: Any,
     assert [o.uri for o in writer.outputs] == [str(folder / STEP_3)]
     text = str(chain)
     assert text.splitlines()[0] == f"{second.job_id} (succeeded, pool test-pool)"
+    import platform
+
+    import torch
+
+    ran_on = f"  ran on python {platform.python_version()}, gpugeek_jupyter "  # the ranks' versions, asked once
+    assert text.splitlines()[1].startswith(ran_on) and f"torch {torch.__version__}" in text.splitlines()[1]
+    assert chain.to_dict()["software"]["torch"] == torch.__version__
     assert f"resumed from {folder / STEP_3} (step 3, written by {first.job_id})" in text
     assert f"read {data} (file, 12 B, sha256 {read.fingerprint['sha256'][:12]})" in text
     assert chain.to_dict()["resumed_from"][0]["written_by"]["inputs"][0]["uri"] == str(data)

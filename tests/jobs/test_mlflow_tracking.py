@@ -122,6 +122,7 @@ def test_a_script_job_is_one_run_with_its_params_rank_0s_metrics_and_tags(
     tags = run.data.tags
     assert (tags["gpugeek.job_id"], tags["gpugeek.pool"], tags["gpugeek.kind"]) == (result.job_id, "jobs", "script")
     assert tags["gpugeek.outcome"] == "succeeded" and len(tags["gpugeek.code_sha256"]) == 64
+    assert tags["gpugeek.software"].startswith("python ") and " torch " in tags["gpugeek.software"]
     history = mlflow.tracking.MlflowClient(tracking_uri=server.uri).get_metric_history(run.info.run_id, "loss")
     assert sorted((m.step, m.value) for m in history) == [(s, float(s)) for s in range(5)]  # rank 0's only
     assert "View run" not in capfd.readouterr().out  # success is quiet

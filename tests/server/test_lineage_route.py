@@ -40,6 +40,7 @@ async def test_a_jobs_lineage_nests_the_writer_of_its_checkpoint(api: Fetch, jp_
         "recorded_at": known["written_by"]["inputs"][0]["recorded_at"],
     }
     assert unknown["written_by"] is None  # a checkpoint of unknown origin
+    assert lineage["software"] == {}  # rows written here, by no job that ran
 
 
 async def test_the_lineage_of_an_unknown_job_is_a_404_naming_it(api: Fetch, jp_serverapp: Any) -> None:
