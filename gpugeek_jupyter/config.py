@@ -54,6 +54,7 @@ ENVIRONMENT = {
     "job_log_bytes": "GPUGEEK_JOB_LOG_BYTES",
     "job_logs_keep": "GPUGEEK_JOB_LOGS_KEEP",
     "mlflow_tracking_uri": "GPUGEEK_MLFLOW_URI",
+    "openlineage_target": "GPUGEEK_OPENLINEAGE",
     "elastic_wait_seconds": "GPUGEEK_ELASTIC_WAIT",
     "agent_idle_seconds": "GPUGEEK_AGENT_IDLE",
     "keeper_grace_seconds": "GPUGEEK_KEEPER_GRACE",
@@ -186,6 +187,13 @@ class GpugeekConfig(Configurable):
         "as params, rank 0's gg.log values as metrics, its id, pool, kind, code hash and outcome as tags, "
         "e.g. 'http://127.0.0.1:5000' ('': no tracking; needs the mlflow extra). The job never waits on "
         "it. Env: GPUGEEK_MLFLOW_URI.",
+    ).tag(config=True)
+    openlineage_target = Unicode(
+        "",
+        help="Where each job's OpenLineage run events go (a START, then COMPLETE, FAIL or ABORT with the "
+        "data it read and the checkpoints it resumed from and wrote): an http(s) URL of a lineage server "
+        "(e.g. Marquez's 'http://127.0.0.1:5000'), or a file that gets one JSON event per line ('': none; "
+        "needs the openlineage extra). The job never waits on it. Env: GPUGEEK_OPENLINEAGE.",
     ).tag(config=True)
     log_level = CaselessStrEnum(
         ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],

@@ -35,7 +35,7 @@ from .events import CancelRequested, Events, PoolStopping, WorkerRemoved, rank_e
 from .lineage import describe_software
 from .logs import JobLogs, MetricsCallback
 from .names import RanksHold, Shipment
-from .payload import CANCEL_TOPIC, OUTPUT_TOPIC, CellCode, RankJob, RankOutcome
+from .payload import CANCEL_TOPIC, OUTPUT_TOPIC, CellCode, RankJob, RankOutcome, ScriptCode
 from .pool_queue import PoolQueue, WaitCallback
 from .process_group import ProcessGroup, ProcessGroupBuilder
 from .record import JobRecord
@@ -51,6 +51,7 @@ from .watch import AttemptPlan, AttemptSinks, AttemptWatch, OutputCallback, Prog
 if TYPE_CHECKING:
     from ..pools import Pool
     from ..telemetry import Columns
+    from .openlineage import LineageEvents
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +194,7 @@ class JobAgent:
         self._events[job_id] = events
         logs = JobLogs(job_id)
         run = self._tracking_run(job_id, request)
+        lineage_events = self._lineage_events(job_id, request)
         logs.on_metrics = both(on_metrics, run.metrics if run is not None else None)
         record.also_tell = run.lineage if run is not None else None
         restarts, not_started = 0, 0
@@ -248,7 +250,24 @@ class JobAgent:
             unsent = run.end(result, job_cost_usd(self.pool.registry, job_id) if record.written else None)
             if unsent is not None:
                 on_notice(unsent)
+        if lineage_events is not None:
+            records = self.pool.registry.lineage_of(job_id) if record.written else []
+            unsent = lineage_events.end(result, records)
+            if unsent is not None:
+                on_notice(unsent)
         return result
+
+    def _lineage_events(self, job_id: str, request: JobRequest) -> LineageEvents | None:
+        """The job's OpenLineage events when ``GpugeekConfig.openlineage_target`` is set (see :mod:`.openlineage`)."""
+        from ..config import get_config
+
+        target = get_config().openlineage_target
+        if not target:
+            return None
+        from .openlineage import job_name, start_events
+
+        script = request.code.abspath if isinstance(request.code, ScriptCode) else None
+        return start_events(target, job_id, job_name(self.pool.name, script))
 
     def _tracking_run(self, job_id: str, request: JobRequest) -> MlflowRun | None:
         """The job's MLflow run when ``GpugeekConfig.mlflow_tracking_uri`` is set (see :mod:`.tracking`)."""
