@@ -257,6 +257,13 @@ class JobAgent:
                 on_notice(unsent)
         return result
 
+    def _telemetry(self, start: float, end: float, collect: bool = True) -> Columns:
+        """The pool's telemetry samples between ``start`` and ``end`` (with ``collect``, the workers'
+        newest fetched first): MLflow's system metrics, a slow rank's likely cause."""
+        from .. import telemetry
+
+        return telemetry.samples_between(self.pool, start, end, collect)
+
     def _lineage_events(self, job_id: str, request: JobRequest) -> LineageEvents | None:
         """The job's OpenLineage events when ``GpugeekConfig.openlineage_target`` is set (see :mod:`.openlineage`)."""
         from ..config import get_config
@@ -284,14 +291,7 @@ class JobAgent:
         software = pool_software(self.pool)
         if software:
             tags["gpugeek.software"] = describe_software(software)
-        pool = self.pool
-
-        def system_samples(start: float, end: float, collect: bool) -> Columns:
-            from .. import telemetry
-
-            return telemetry.samples_between(pool, start, end, collect)
-
-        return start_run(uri, job_id, params, tags, system_samples)
+        return start_run(uri, job_id, params, tags, self._telemetry)
 
     def _attempt(
         self,
@@ -339,9 +339,9 @@ class JobAgent:
         launched = [s.address for s in group.layout.slots if chosen is None or s.rank in chosen]
         hosts = {slot.rank: slot.host for slot in group.layout.slots if slot.address in set(launched)}
         plan = AttemptPlan(job_id, job.launch, group, launched, deadline, request.timeout)
-        sinks = AttemptSinks(
-            logs, on_output, on_progress, SlowRanks(job_id, hosts, on_notice or log.info), on_lineage=record.lineage
-        )
+        workers = {slot.rank: slot.address for slot in group.layout.slots if slot.rank in hosts}
+        slow_ranks = SlowRanks(job_id, hosts, on_notice or log.info, workers, self._telemetry)
+        sinks = AttemptSinks(logs, on_output, on_progress, slow_ranks, on_lineage=record.lineage)
         watch = AttemptWatch(self.transport, self.roster, plan, events, sinks)
         try:
             self.transport.launch(events, launched, rank_side.run_rank, blob)

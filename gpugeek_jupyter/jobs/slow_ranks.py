@@ -13,6 +13,11 @@ least ``MIN_GAP_S`` (5 ms) longer, and it was slower than the median in at least
     20 steps, the median rank 11.2 ms (the rule: over 20% and 5 ms slower than the median on
     average over 20 steps, and slower in at least 15 of them)
 
+With the pool's telemetry, the line ends with the likely cause it shows (:mod:`.slow_cause`: a
+throttled GPU, a GPU waiting on its CPU, more work on that rank, or a rank that waits):
+``...; likely cause: its process used more CPU (98% of a core, the others 31%): more work on this
+rank (uneven data, another code path)``.
+
 Nothing is said with one rank, nor when the ranks are even. Steps not yet judged are held per
 rank, at most ``HELD_STEPS`` of them (a rank far ahead of another drops its oldest).
 """
@@ -21,10 +26,18 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from .logs import Row
+from .slow_cause import likely_cause
+
+if TYPE_CHECKING:
+    from ..telemetry import Columns
+
+    Samples = Callable[[float, float], Columns]  # the pool's telemetry between two epoch times
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +62,19 @@ class SlowRanks:
     ' rank 1 (host b) is slower than the others'
     """
 
-    def __init__(self, job_id: str, hosts: Mapping[int, str], say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        hosts: Mapping[int, str],
+        say: Callable[[str], None],
+        workers: Mapping[int, str] | None = None,
+        samples: Samples | None = None,
+    ) -> None:
         self.job_id = job_id
         self.hosts = dict(hosts)  # the attempt's ranks and their hosts
         self.say = say
+        self.workers = dict(workers or {})  # the ranks' dask workers, as telemetry names them
+        self.samples = samples
         self.named: int | None = None
         self._last_log: dict[int, tuple[int, float]] = {}  # rank -> (step, time) of its newest gg.log
         self._times: dict[int, dict[int, float]] = {r: {} for r in hosts}  # rank -> {step: step time}
@@ -111,9 +133,24 @@ class SlowRanks:
         self.named = rank
         own = statistics.fmean(d for d, _ in window) * 1000
         median = statistics.fmean(m for _, m in window) * 1000
+        cause = self._cause(rank, sum(d for d, _ in window))
         self.say(
             f"job {self.job_id}: rank {rank} (host {self.hosts[rank]}) is slower than the others: {own:.1f} ms "
             f"a step over the last {SLOW_STEPS} steps, the median rank {median:.1f} ms (the rule: over "
             f"{SLOW_FACTOR * 100 - 100:.0f}% and {MIN_GAP_S * 1000:.0f} ms slower than the median on average over "
             f"{SLOW_STEPS} steps, and slower in at least {SLOW_SHARE * SLOW_STEPS:.0f} of them)"
+            + (f"; likely cause: {cause}" if cause else "")
         )
+
+    def _cause(self, rank: int, seconds: float) -> str | None:
+        """What the telemetry of the last ``seconds`` (the slow steps) says of why, if it says."""
+        if self.samples is None or rank not in self.workers:
+            return None
+        now = time.time()
+        try:
+            columns = self.samples(now - seconds - 1.0, now)
+            others = [worker for other, worker in self.workers.items() if other != rank]
+            return likely_cause(columns, self.workers[rank], others)
+        except Exception as e:  # an aid: naming the rank must not depend on it
+            log.info("job %s: no likely cause for rank %d: %s", self.job_id, rank, e)
+            return None

@@ -132,3 +132,63 @@ def test_even_ranks_of_a_real_job_name_nobody(pool: Any) -> None:
 def test_behind_an_all_reduce_the_logged_step_time_names_the_slow_rank(pool: Any) -> None:
     named = slow_notices(pool, ALL_REDUCE_EACH_STEP)
     assert len(named) == 1 and ": rank 1 (host " in named[0], named
+
+
+# -- the likely cause -------------------------------------------------------------------------------------
+def columns(*workers: tuple[str, int, float, float, float]) -> dict[str, Any]:
+    """Telemetry columns of (worker, gpu, SM clock MHz, SM %, process CPU %), two samples each."""
+    import numpy as np
+
+    rows = [w for w in workers for _ in range(2)]
+    return {
+        "worker": np.array([w[0] for w in rows], dtype=object),
+        "gpu": np.array([w[1] for w in rows]),
+        "sm_clock_mhz": np.array([w[2] for w in rows]),
+        "sm_util_pct": np.array([w[3] for w in rows]),
+        "cpu_pct": np.array([w[4] for w in rows]),
+    }
+
+
+NAN = float("nan")
+
+
+def test_the_likely_cause_reads_the_clock_the_gpu_waiting_on_the_cpu_and_the_cpu() -> None:
+    from gpugeek_jupyter.jobs.slow_cause import likely_cause
+
+    throttled = columns(("a", 0, 1200.0, 95.0, 100.0), ("b", 0, 1980.0, 95.0, 100.0), ("c", 0, 1980.0, 96.0, 100.0))
+    assert likely_cause(throttled, "a", ["b", "c"]) == (
+        "its GPU's SM clock is lower (1200 MHz, the others 1980 MHz): throttled (power or heat)"
+    )
+    starved = columns(("a", 0, 1980.0, 40.0, 100.0), ("b", 0, 1980.0, 95.0, 60.0))
+    assert likely_cause(starved, "a", ["b"]) == (
+        "its GPU is less busy (40% SM, the others 95%) while its process keeps 100% of a core busy: "
+        "the GPU waits on the CPU (data loading, Python)"
+    )
+    waiting = columns(("a", -1, NAN, NAN, 20.0), ("b", -1, NAN, NAN, 95.0))
+    assert likely_cause(waiting, "a", ["b"]) == (
+        "its process used less CPU (20% of a core, the others 95%): it waits (I/O, a lock, a sleep) "
+        "or its host is busy with other work"
+    )
+    assert likely_cause(columns(("a", -1, NAN, NAN, 90.0), ("b", -1, NAN, NAN, 95.0)), "a", ["b"]) is None
+    assert likely_cause(columns(("b", -1, NAN, NAN, 95.0)), "a", ["b"]) is None  # no sample of the slow one
+
+
+BUSY_RANK_1 = """
+import time
+for step in range(40):
+    time.sleep(0.005)
+    if rank == 1:
+        end = time.perf_counter() + 0.050
+        while time.perf_counter() < end:
+            pass
+    gg.log(step=step, loss=1.0)
+"""
+
+
+def test_a_rank_with_more_work_is_named_with_its_cpu_as_the_likely_cause(pool: Any) -> None:
+    from gpugeek_jupyter import telemetry
+
+    telemetry.set_period(pool, 0.2)  # samples within these two seconds
+    named = slow_notices(pool, BUSY_RANK_1)
+    assert len(named) == 1 and ": rank 1 (host " in named[0], named
+    assert "; likely cause: its process used more CPU (" in named[0], named
