@@ -54,6 +54,7 @@ ENVIRONMENT = {
     "job_log_bytes": "GPUGEEK_JOB_LOG_BYTES",
     "job_logs_keep": "GPUGEEK_JOB_LOGS_KEEP",
     "mlflow_tracking_uri": "GPUGEEK_MLFLOW_URI",
+    "mlflow_metrics": "GPUGEEK_MLFLOW_METRICS",
     "openlineage_target": "GPUGEEK_OPENLINEAGE",
     "elastic_wait_seconds": "GPUGEEK_ELASTIC_WAIT",
     "agent_idle_seconds": "GPUGEEK_AGENT_IDLE",
@@ -187,6 +188,12 @@ class GpugeekConfig(Configurable):
         "as params, rank 0's gg.log values as metrics, its id, pool, kind, code hash and outcome as tags, "
         "e.g. 'http://127.0.0.1:5000' ('': no tracking; needs the mlflow extra). The job never waits on "
         "it. Env: GPUGEEK_MLFLOW_URI.",
+    ).tag(config=True)
+    mlflow_metrics = CaselessStrEnum(
+        ["rank0", "mean"],
+        "rank0",
+        help="Which gg.log values a job's MLflow run gets: rank 0's ('rank0'), or at each step the mean over "
+        "the ranks ('mean'); every rank's stay with the job either way. Env: GPUGEEK_MLFLOW_METRICS.",
     ).tag(config=True)
     openlineage_target = Unicode(
         "",

@@ -38,6 +38,7 @@ from .names import RanksHold, Shipment
 from .payload import CANCEL_TOPIC, OUTPUT_TOPIC, CellCode, RankJob, RankOutcome, ScriptCode
 from .pool_queue import PoolQueue, WaitCallback
 from .process_group import ProcessGroup, ProcessGroupBuilder
+from .rank_means import RankMeans
 from .record import JobRecord
 from .request import JobRequest, new_job_id
 from .result import JobResult
@@ -291,7 +292,8 @@ class JobAgent:
         software = pool_software(self.pool)
         if software:
             tags["gpugeek.software"] = describe_software(software)
-        return start_run(uri, job_id, params, tags, self._telemetry)
+        means = RankMeans(request.world_size(int(spec.count))) if get_config().mlflow_metrics == "mean" else None
+        return start_run(uri, job_id, params, tags, self._telemetry, means)
 
     def _attempt(
         self,

@@ -6,8 +6,11 @@ never talk to the tracking server. In the run:
 
 - params: the job's hyperparameters (a script's ``--key value`` pairs) and its pool's
   ``pool.gpu_type``, ``pool.count`` and ``pool.backend``;
-- metrics: rank 0's ``gg.log`` values, with their steps and times (every rank's are kept with the
-  job: ``result.metrics()``); after a restart the attempt's steps are logged again in the same run;
+- metrics: rank 0's ``gg.log`` values, with their steps and times, or with
+  ``GpugeekConfig.mlflow_metrics = "mean"`` the mean over the ranks at each step
+  (:mod:`.rank_means`); every rank's are kept with the job (``result.metrics()``). After a restart
+  the attempt's steps are logged again in the same run, and ``gpugeek.attempt`` (1, 2, ...) marks
+  the first step each restart logged;
 - system metrics: the pool's telemetry while the job runs, under MLflow's own names
   (``system/<worker>/gpu_0_utilization_percentage``, ``..._memory_usage_megabytes``,
   ``..._power_usage_watts``, ``system/<worker>/cpu_utilization_percentage``,
@@ -46,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .logs import MetricsCallback, Row
+from .rank_means import RankMeans
 
 if TYPE_CHECKING:
     from ..telemetry import Columns
@@ -63,6 +67,7 @@ OUTCOME_STATUS = {"succeeded": "FINISHED", "cancelled": "KILLED"}  # else FAILED
 SYSTEM_PERIOD_S = 10.0  # the pool's telemetry goes to the run this often, averaged (MLflow's own interval)
 TAG_CHARS = 8000  # MLflow's longest tag value
 MB = 2**20  # MLflow's system metrics count megabytes of 2**20 bytes
+ATTEMPT_METRIC = "gpugeek.attempt"  # 1, 2, ... at the first step each restart logged
 
 
 JobCost = Callable[[Any, str], "float | None"]  # (the job's registry, its id) -> what it cost in USD
@@ -97,9 +102,12 @@ class MlflowRun:
         params: Mapping[str, Any],
         tags: Mapping[str, str],
         system_samples: SystemSamples | None = None,
+        means: RankMeans | None = None,
     ) -> None:
         self.tracking_uri = tracking_uri
         self.job_id = job_id
+        self.means = means  # the ranks' means are logged, not rank 0's values
+        self._attempt = -1  # the attempt whose values were logged last
         self.started_at = time.time()
         self.system_samples = system_samples  # (start, end, collect) -> the pool's telemetry columns
         self._system_until = self.started_at  # the end of the last period sent
@@ -113,9 +121,20 @@ class MlflowRun:
         self._thread.start()
 
     def metrics(self, attempt: int, rank: int, rows: list[Row]) -> None:
-        """Queue rank 0's values (the others' stay with the job only); never blocks."""
-        if rank != 0:
+        """Queue rank 0's values, or the ranks' means (``means``); the rest stay with the job only.
+        The first values of each restart come with a ``gpugeek.attempt`` value; never blocks."""
+        if self.means is not None:
+            rows = self.means.add(attempt, rank, rows)
+        elif rank != 0:
             return
+        if rows and attempt != self._attempt:
+            self._attempt = attempt
+            if attempt > 0:  # a restart: where its steps start again
+                rows = [(rows[0][0], rows[0][1], ATTEMPT_METRIC, float(attempt)), *rows]
+        if rows:
+            self._put_metrics(rows)
+
+    def _put_metrics(self, rows: list[Row]) -> None:
         try:
             self._queue.put_nowait(("metrics", rows))
         except queue.Full:
@@ -137,6 +156,8 @@ class MlflowRun:
         tags["gpugeek.duration_s"] = f"{result.duration_s:.3f}"
         if cost_usd is not None:
             tags["gpugeek.cost_usd"] = f"{cost_usd:.4f}"
+        if self.means is not None and (rest := self.means.rest()):
+            self._put_metrics(rest)
         try:
             self._queue.put(("end", (OUTCOME_STATUS.get(outcome, "FAILED"), tags)), timeout=END_WAIT_S)
         except queue.Full:
@@ -339,6 +360,7 @@ def start_run(
     params: Mapping[str, Any],
     tags: Mapping[str, str],
     system_samples: SystemSamples | None = None,
+    means: RankMeans | None = None,
 ) -> MlflowRun | None:
     """The job's run, or None (with one warning) when mlflow is not installed."""
     if importlib.util.find_spec("mlflow") is None:
@@ -349,7 +371,7 @@ def start_run(
             tracking_uri,
         )
         return None
-    return MlflowRun(tracking_uri, job_id, params, tags, system_samples)
+    return MlflowRun(tracking_uri, job_id, params, tags, system_samples, means)
 
 
 def both(first: MetricsCallback | None, second: MetricsCallback | None) -> MetricsCallback | None:

@@ -213,3 +213,29 @@ def test_track_chooses_per_job_and_a_bad_one_is_one_line(
         run_cell(pool, "4", {}, track=True)
     with pytest.raises(SpecError, match=r"^track must be True, False or an MLflow tracking URI, got 5 "):
         run_cell(pool, "5", {}, track=5)
+
+
+RESTARTS_ONCE = """
+import os
+gg.log(step=0, loss=10.0 * rank + int(os.environ["TORCHELASTIC_RESTART_COUNT"]))
+gg.log(step=1, loss=10.0 * rank + 1)
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    raise RuntimeError("first attempt fails")
+"""
+
+
+def test_the_ranks_mean_when_chosen_and_the_attempts_in_one_run(
+    server: MlflowServer, pool: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugeek_jupyter import config
+
+    monkeypatch.setenv("GPUGEEK_MLFLOW_METRICS", "mean")
+    config.set_config(None)
+    result = run_cell(pool, RESTARTS_ONCE, {}, max_restarts=1, timeout=120)
+    assert result.ok and result.restarts == 1, result.report()
+    (run,) = runs(server.uri, 1)
+    client = mlflow.tracking.MlflowClient(tracking_uri=server.uri)
+    loss = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "loss"))
+    assert loss == [(0, 5.0), (0, 6.0), (1, 6.0), (1, 6.0)]  # the mean of rank 0 and rank 1 (10 more), each attempt
+    attempts = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "gpugeek.attempt"))
+    assert attempts == [(0, 1.0)] and run.data.tags["gpugeek.restarts"] == "1"  # where the restart began
