@@ -342,7 +342,13 @@ class JobAgent:
         hosts = {slot.rank: slot.host for slot in group.layout.slots if slot.address in set(launched)}
         plan = AttemptPlan(job_id, job.launch, group, launched, deadline, request.timeout)
         workers = {slot.rank: slot.address for slot in group.layout.slots if slot.rank in hosts}
-        slow_ranks = SlowRanks(job_id, hosts, on_notice or log.info, workers, self._telemetry)
+        tell = on_notice or log.info
+
+        def say_slow(line: str) -> None:
+            tell(line)
+            record.note("slow_rank", line)  # the panel's job view and the monitor show it too
+
+        slow_ranks = SlowRanks(job_id, hosts, say_slow, workers, self._telemetry)
         sinks = AttemptSinks(logs, on_output, on_progress, slow_ranks, on_lineage=record.lineage)
         watch = AttemptWatch(self.transport, self.roster, plan, events, sinks)
         try:

@@ -33,6 +33,7 @@ class JobRecord:
         self.written = False
         self.world_size = 0  # as the row says
         self.also_tell: Callable[[dict[str, Any]], None] | None = None  # lineage, to the job's MLflow run
+        self.notes: dict[str, str] = {}  # said while it ran (a slow rank): kept in its summary
 
     # -- the queue (kept records only: the agent's own work runs within a job's turn) ------------
     def queue(self, submitter: Submitter) -> QueuePlace:
@@ -84,6 +85,12 @@ class JobRecord:
         if self.also_tell is not None:
             self.also_tell(record)
 
+    def note(self, key: str, text: str) -> None:
+        """Keep what was said of the running job (``slow_rank``: the line naming it) with its row."""
+        self.notes[key] = text
+        if self.written and self.kept:
+            self.registry.note_job(self.job_id, key, text)
+
     def finished(self, result: JobResult) -> None:
         """The job's final status, restarts, per-rank exits and why it failed."""
         if not self.written:
@@ -101,6 +108,7 @@ class JobRecord:
                 **({"where": result.where} if result.where else {}),
                 **({"sizes": result.sizes} if len(result.sizes) > 1 else {}),
                 **({"software": software} if (software := pool_software(self.pool)) else {}),  # lineage
+                **self.notes,
             },
         )
 

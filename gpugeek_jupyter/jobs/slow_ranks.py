@@ -35,6 +35,7 @@ from .logs import Row
 from .slow_cause import likely_cause
 
 if TYPE_CHECKING:
+    from ..store import Registry
     from ..telemetry import Columns
 
     Samples = Callable[[float, float], Columns]  # the pool's telemetry between two epoch times
@@ -154,3 +155,16 @@ class SlowRanks:
         except Exception as e:  # an aid: naming the rank must not depend on it
             log.info("job %s: no likely cause for rank %d: %s", self.job_id, rank, e)
             return None
+
+
+def slow_rank_of_pool(registry: Registry, pool_id: int, ended_within_s: float) -> str | None:
+    """The slow-rank line of pool ``pool_id``'s newest job, while it runs or up to ``ended_within_s``
+    after it ended (what the pool's monitor shows under its headline); None when it named none."""
+    newest = registry.list_jobs(pool_id=pool_id, limit=1)
+    if not newest:
+        return None
+    job = newest[0]
+    if job.ended_at is not None and registry.clock() - job.ended_at > ended_within_s:
+        return None
+    line = job.summary.get("slow_rank")
+    return str(line) if line else None

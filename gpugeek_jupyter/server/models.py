@@ -168,4 +168,5 @@ def make_job_model(record: JobRecord, usd: float | None, now: float, position: i
         "position": position if record.status is JobStatus.QUEUED else None,
         "submitter": record.submitter,
         "detached": is_detached(record),
+        "slow_rank": record.summary.get("slow_rank"),
     }

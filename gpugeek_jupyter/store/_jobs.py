@@ -211,6 +211,15 @@ class JobQueries(Database):
         with self._write() as db:
             db.execute("UPDATE jobs SET failure_reason = ? WHERE id = ?", (failure_reason, job_id))
 
+    def note_job(self, job_id: str, key: str, text: str) -> None:
+        """Keep ``text`` under ``key`` in a running job's summary (a slow rank named), readable before
+        it ends; :meth:`finish_job` writes the whole summary, its notes included, at the end."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE jobs SET summary_json = json_set(COALESCE(summary_json, '{}'), ?, ?) WHERE id = ?",
+                (f"$.{key}", text, job_id),
+            )
+
     def finish_job(
         self,
         job_id: str,

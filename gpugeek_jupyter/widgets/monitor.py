@@ -17,7 +17,10 @@ from __future__ import annotations
 import datetime as dt
 import html
 import logging
+import math
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,6 +32,7 @@ from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 from jupyter_bokeh import BokehModel
 
+from ..jobs.slow_ranks import slow_rank_of_pool
 from ..telemetry import TelemetryFeed, feed_for, set_period
 from ..telemetry._schema import NO_GPU, Columns, select
 
@@ -40,6 +44,7 @@ log = logging.getLogger(__name__)
 MAX_LINES = 8  # more series than this are drawn as a heatmap
 GIB = float(2**30)
 BUSY_PCT = 10.0  # SM % (or CPU %, 100 = one core) above which a sample counts as work
+SLOW_RANK_PERIOD_S = 5.0  # the registry is asked for the pool's job's slow rank this often at most
 IDLE_VIEW_SECONDS = 60.0  # what the time axis shows of a pool that has not worked in the window
 
 
@@ -90,7 +95,13 @@ def show_monitor(pool: Pool | None = None, period: float | None = None, window_s
     if period is not None:
         set_period(pool, period)
     feed = feed_for(pool)
-    panel = MonitorPanel(feed, pool.name, window_seconds=window_seconds)
+    registry, pool_id = pool.registry, pool.id
+    panel = MonitorPanel(
+        feed,
+        pool.name,
+        window_seconds=window_seconds,
+        slow_rank=lambda: slow_rank_of_pool(registry, pool_id, ended_within_s=window_seconds),
+    )
     load_bokehjs()
     display(panel.widget)
     panel.start()
@@ -195,10 +206,19 @@ class _Series:
 class MonitorPanel:
     """The bokeh panel of one pool's feed, and the thread that keeps it moving."""
 
-    def __init__(self, feed: TelemetryFeed | None, pool_name: str, window_seconds: float = 300.0) -> None:
+    def __init__(
+        self,
+        feed: TelemetryFeed | None,
+        pool_name: str,
+        window_seconds: float = 300.0,
+        slow_rank: Callable[[], str | None] | None = None,
+    ) -> None:
         self.feed = feed
         self.pool_name = pool_name
         self.window_seconds = window_seconds
+        self.slow_rank = slow_rank  # the line naming the pool's job's slow rank, if it named one
+        self._slow_line: str | None = None
+        self._slow_asked_at = -math.inf
         self._cursor = 0
         self._kind: str | None = None  # "gpu" or "cpu", fixed by the first rows
         self._mode: str | None = None  # "lines" or "heatmap"
@@ -309,8 +329,20 @@ class MonitorPanel:
             n = len(columns["time"])
             if n:
                 self._consume(columns)
+            self._ask_slow_rank()
             self._render_headline()
             return n
+
+    def _ask_slow_rank(self) -> None:
+        """The pool's job's slow-rank line, asked of the registry every ``SLOW_RANK_PERIOD_S`` at most."""
+        now = time.monotonic()
+        if self.slow_rank is None or now - self._slow_asked_at < SLOW_RANK_PERIOD_S:
+            return
+        self._slow_asked_at = now
+        try:
+            self._slow_line = self.slow_rank()
+        except Exception as e:  # the registry busy or closed: the panel goes on
+            log.info("monitor of pool %s: no slow-rank line: %s", self.pool_name, e)
 
     def _consume(self, columns: Columns) -> None:
         self._note_errors(columns)
@@ -560,6 +592,8 @@ class MonitorPanel:
             )
         elif self._note:
             lines.append(f"<span style='color:var(--jp-ui-font-color1, #3d444d)'>{html.escape(self._note)}</span>")
+        if self._slow_line:
+            lines.append(f"<span style='color:var(--jp-warn-color0, #9a6700)'>{html.escape(self._slow_line)}</span>")
         problems = self._problems()
         if problems:
             lines.append(

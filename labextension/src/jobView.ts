@@ -592,6 +592,13 @@ function renderOutput(job: IJobModel, selected: boolean, tracker: JobOutputTrack
   ]);
 }
 
+/**
+ * The slow-rank line without the job's id that starts it (the view names the job already).
+ */
+export function slowRankText(line: string): string {
+  return line.replace(/^job \S+: /, '');
+}
+
 function renderJobRecord(job: IJobModel, state: IJobRowState): HTMLElement {
   const rows: [string, string][] = [
     ['Job', job.id],
@@ -611,6 +618,9 @@ function renderJobRecord(job: IJobModel, state: IJobRowState): HTMLElement {
   }
   if (job.failure_reason) {
     rows.push(['Failure', job.failure_reason]);
+  }
+  if (job.slow_rank) {
+    rows.push(['Slow rank', slowRankText(job.slow_rank)]);
   }
   const params = hyperparamRows(job.hyperparams);
   return h('div', { class: 'gpugeek-job-detail' }, [

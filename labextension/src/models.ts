@@ -100,6 +100,8 @@ export interface IJobModel {
   submitter: string | null;
   /** The user's agent runs it: no kernel waits for it (a detached job). */
   detached: boolean;
+  /** The line naming a rank slower than the others (with its likely cause), once said. */
+  slow_rank?: string | null;
 }
 
 /**

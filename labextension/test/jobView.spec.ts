@@ -11,6 +11,7 @@ import {
   jobStatusText,
   jobOutputView,
   rankChips,
+  slowRankText,
   wantsOutput,
   whereView
 } from '../src/jobView';
@@ -385,5 +386,14 @@ describe('jobStatusText', () => {
   it('shows any other job by its status', () => {
     expect(jobStatusText(makeJob({ status: 'running' }))).toBe('running');
     expect(jobStatusText(makeJob({ status: 'cancelled', position: null }))).toBe('cancelled');
+  });
+});
+
+describe('slowRankText', () => {
+  it("drops the job's id that starts the line, and keeps a line without one", () => {
+    const line =
+      'job job-3f2a9c7b: rank 1 (host gpu-b) is slower than the others: 61.3 ms a step; likely cause: ...';
+    expect(slowRankText(line)).toBe('rank 1 (host gpu-b) is slower than the others: 61.3 ms a step; likely cause: ...');
+    expect(slowRankText('rank 1 is slower')).toBe('rank 1 is slower');
   });
 });

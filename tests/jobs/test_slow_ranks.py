@@ -192,3 +192,9 @@ def test_a_rank_with_more_work_is_named_with_its_cpu_as_the_likely_cause(pool: A
     named = slow_notices(pool, BUSY_RANK_1)
     assert len(named) == 1 and ": rank 1 (host " in named[0], named
     assert "; likely cause: its process used more CPU (" in named[0], named
+    from gpugeek_jupyter.jobs.slow_ranks import slow_rank_of_pool
+
+    job = pool.registry.list_jobs(pool_id=pool.id, limit=1)[0]
+    assert job.summary["slow_rank"] == named[0]  # kept with the job: the panel's job view shows it
+    assert slow_rank_of_pool(pool.registry, pool.id, ended_within_s=300) == named[0]  # and the monitor
+    assert slow_rank_of_pool(pool.registry, pool.id, ended_within_s=-1) is None  # not once the window passed

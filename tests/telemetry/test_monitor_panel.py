@@ -215,3 +215,23 @@ def test_the_axes_start_at_zero_and_the_time_axis_shows_the_busy_part_of_the_win
     assert busy_window(times, util, 260.0, 300.0) == (230.0, 260.0)
     # a pool 10 s old that works from its first sample: no empty lead-in before its data
     assert busy_window(np.arange(100.0, 111.0), np.full(11, 80.0), 110.0, 300.0) == (100.0, 110.0)
+
+
+def test_the_headline_shows_the_slow_rank_the_pools_job_named_asking_every_few_seconds(simulated) -> None:
+    workers = simulated(workers=2, gpus=1)
+    feed = _feed()
+    feed.ingest(workers.answers())
+    asked: list[float] = []
+    said = "job job-1: rank 1 (host b) is slower than the others: 61.3 ms a step; likely cause: its GPU waits"
+
+    def slow_rank() -> str | None:
+        asked.append(time.monotonic())
+        return said if len(asked) > 1 else None
+
+    panel = MonitorPanel(feed, "sim", slow_rank=slow_rank)
+    assert "slower than the others" not in panel.headline_html() and len(asked) == 1
+    panel.update()
+    assert len(asked) == 1  # not asked again within SLOW_RANK_PERIOD_S
+    panel._slow_asked_at -= 10.0
+    panel.update()
+    assert "rank 1 (host b) is slower than the others" in panel.headline_html() and len(asked) == 2
