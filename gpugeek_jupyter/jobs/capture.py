@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import sys
 import threading
 import time
@@ -31,6 +32,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from . import descriptors
+from .descriptors import DescriptorCapture
 from .payload import OUTPUT_TOPIC
 from .progress_text import format_bar
 
@@ -55,6 +58,8 @@ class _State:
         self.loop_thread: int | None = None
         self.installed = False
         self.lock = threading.Lock()
+        self.descriptors: DescriptorCapture | None = None  # descriptors 1 and 2, the job's while it runs
+        self.passthrough: dict[str, Any] = {}  # the worker's own descriptors, for its event loop's output
 
 
 _state = _State()
@@ -228,7 +233,8 @@ class _RoutedStream:
     def write(self, text: str) -> int:
         capture = _state.forwarder
         if threading.get_ident() == _state.loop_thread:
-            return int(self._original.write(text))
+            own = _state.passthrough.get(self._name, self._original)  # never the job's descriptors
+            return int(own.write(text))
         if capture is None:
             ended = _state.ended
             if ended is None or not text:
@@ -261,26 +267,68 @@ def current_forwarder() -> Forwarder | None:
 
 
 def install(loop_thread: int) -> None:
-    """Route ``sys.stdout``/``sys.stderr`` of this worker process (once); ``loop_thread`` is the
-    worker's event loop, whose own logging never belongs to a job."""
+    """Route ``sys.stdout``/``sys.stderr`` of this worker process (once), and make ready to take
+    its descriptors 1 and 2 during jobs (:mod:`.descriptors`); ``loop_thread`` is the worker's event
+    loop, whose own logging never belongs to a job."""
     with _state.lock:
         _state.loop_thread = loop_thread
         if not _state.installed:
-            sys.stdout = _RoutedStream(sys.stdout, "stdout")
-            sys.stderr = _RoutedStream(sys.stderr, "stderr")
+            stdout, stderr = _RoutedStream(sys.stdout, "stdout"), _RoutedStream(sys.stderr, "stderr")
+            _route_log_handlers({id(sys.__stdout__): stdout, id(sys.__stderr__): stderr})
+            sys.stdout, sys.stderr = stdout, stderr
+            _state.descriptors = _descriptor_capture()
+            if _state.descriptors is not None:
+                _state.passthrough = {name: _state.descriptors.passthrough(name) for name in ("stdout", "stderr")}
             _state.installed = True
+
+
+def _route_log_handlers(routed: dict[int, _RoutedStream]) -> None:
+    """Logging handlers made before :func:`install` that write to the worker's own streams (dask's
+    own, configured at its import) write through the routed ones: from the event loop to the
+    worker's descriptors, from a job's threads to the job, never into a job's descriptor files."""
+    loggers = [
+        logging.getLogger(),
+        *(v for v in logging.Logger.manager.loggerDict.values() if isinstance(v, logging.Logger)),
+    ]
+    for logger in loggers:
+        for handler in logger.handlers:
+            stream = getattr(handler, "stream", None)
+            if isinstance(handler, logging.StreamHandler) and id(stream) in routed:
+                handler.setStream(routed[id(stream)])
+
+
+def _descriptor_capture() -> DescriptorCapture | None:
+    if os.environ.get("GPUGEEK_CAPTURE_FDS", "1") == "0":
+        return None
+    try:
+        folder = descriptors.folder()
+        descriptors.remove_ended(folder)
+        return DescriptorCapture(folder)
+    except OSError as e:  # no private temp dir: prints are still the job's, descriptors stay the worker's
+        log.warning("output below Python (os.write, C printf) of this worker's jobs is not captured: %s", e)
+        return None
 
 
 @contextlib.contextmanager
 def captured(forwarder: Forwarder) -> Iterator[None]:
-    """While inside, what any thread but the event loop's writes goes to ``forwarder``, and tqdm
-    bars send their states to it instead of text."""
+    """While inside, what any thread but the event loop's writes goes to ``forwarder`` (what is
+    written to descriptors 1 and 2 too), and tqdm bars send their states to it instead of text."""
     _state.forwarder, _state.ended = forwarder, None
     bars = TqdmHook.take_over(forwarder)
+    taken = _state.descriptors
+    if taken is not None:
+        try:
+            taken.begin(forwarder, forwarder.loop)
+        except OSError as e:
+            log.warning("output below Python of job %s is not captured: %s", forwarder.job_id, e)
+            taken = None
     try:
         yield
     finally:
         try:
+            if taken is not None:
+                taken.end()
+                forwarder.flush()
             if bars is not None:
                 bars.give_back()
         finally:

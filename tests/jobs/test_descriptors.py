@@ -1,0 +1,49 @@
+"""Output below Python on a rank (``os.write``, ``sys.stdout.buffer``, C ``printf``, a child process)
+is the rank's: labelled, streamed and kept in the job's logs like its prints; the worker's own
+descriptors are its own again after the job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpugeek_jupyter.jobs import run_cell
+
+BELOW_PYTHON = """
+import ctypes, os, subprocess, sys
+print(f"print {rank}", flush=True)
+os.write(1, f"fd one {rank}\\n".encode())
+os.write(2, f"fd two {rank}\\n".encode())
+sys.stdout.buffer.write(f"buffer {rank}\\n".encode())
+subprocess.run(["echo", f"child {rank}"], check=True)
+ctypes.CDLL(None).printf(b"printf %d\\n", ctypes.c_int(rank))  # left in C's buffer: flushed at the end
+"""
+
+
+def test_what_a_rank_writes_below_python_is_labelled_streamed_and_in_its_logs(pool: Any) -> None:
+    heard: list[tuple[int, str, str]] = []
+    result = run_cell(
+        pool, BELOW_PYTHON, {}, on_output=lambda rank, stream, text: heard.append((rank, stream, text)), timeout=120
+    )
+    assert result.ok, result.report()
+    for rank in (0, 1):
+        said = "".join(text for r, _, text in heard if r == rank)
+        for line in (
+            f"print {rank}",
+            f"fd one {rank}",
+            f"fd two {rank}",
+            f"buffer {rank}",
+            f"child {rank}",
+            f"printf {rank}",
+        ):
+            assert line in said, (rank, line, said)
+        errors = "".join(text for r, stream, text in heard if r == rank and stream == "stderr")
+        assert f"fd two {rank}" in errors and f"fd one {rank}" not in errors
+        assert f"fd one {rank}" in result.logs(rank) and f"printf {rank}" in result.logs(rank)
+    # the next job gets only its own: nothing of the first leaks into it, and its descriptors work again
+    second = run_cell(pool, "import os\nos.write(1, b'again\\n')", {}, timeout=120)
+    assert second.ok and "again" in second.logs(0) and "fd one" not in second.logs(0)
+
+
+def test_no_stream_collects_output_below_python_too(pool: Any) -> None:
+    result = run_cell(pool, "import os\nos.write(1, f'collected {rank}\\n'.encode())", {}, stream=False, timeout=120)
+    assert result.ok and "collected 1" in result.logs(1)
