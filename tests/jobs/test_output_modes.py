@@ -290,7 +290,12 @@ def test_job_logs_are_pruned_at_a_constant_cost_and_other_processes_jobs_count_a
     monkeypatch.setattr(job_logs, "PRUNE_LISTING_JOBS", 3)
     listings: list[Path] = []
     list_folder = job_logs._Pruner._list
-    monkeypatch.setattr(job_logs._Pruner, "_list", lambda self: (listings.append(self.root), list_folder(self))[1])
+    # only this folder's listings count: an earlier test's jobs may still be pruned in their own folder
+    monkeypatch.setattr(
+        job_logs._Pruner,
+        "_list",
+        lambda self: (listings.append(self.root) if Path(self.root) == tmp_path else None, list_folder(self))[1],
+    )
     set_config(GpugeekConfig(job_logs_dir=str(tmp_path), job_logs_keep=4))
     try:
 
