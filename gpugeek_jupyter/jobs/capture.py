@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import itertools
 import logging
 import os
@@ -273,6 +274,9 @@ def install(loop_thread: int) -> None:
     with _state.lock:
         _state.loop_thread = loop_thread
         if not _state.installed:
+            # a crash dumps its thread's stack to descriptor 2: the job's file while a job runs
+            if sys.__stderr__ is not None and not faulthandler.is_enabled():
+                faulthandler.enable(file=sys.__stderr__, all_threads=False)
             stdout, stderr = _RoutedStream(sys.stdout, "stdout"), _RoutedStream(sys.stderr, "stderr")
             _route_log_handlers({id(sys.__stdout__): stdout, id(sys.__stderr__): stderr})
             sys.stdout, sys.stderr = stdout, stderr

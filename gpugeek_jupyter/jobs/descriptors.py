@@ -10,8 +10,10 @@ job's logs like its prints. At the job's end C's own buffers are flushed (``fflu
 descriptors put back and the rest read.
 
 Files, not pipes: a worker that dies (a segfault, an abort) has its last words on disk, in
-``<temp dir>/gpugeek-ranks-<uid>/<pid>.err``, where nobody needs to be reading at that moment; the
-files of a worker that ended are removed by the next worker to start on the host.
+``<temp dir>/gpugeek-ranks-<uid>/<pid>.err`` (a local pool's temp dir is its own), where nobody
+needs to be reading at that moment. The driver, told the file at the group's build
+(:func:`stderr_file`), shows them with the rank's death when the worker ran on its host
+(:func:`last_words`); the files of a worker that ended are removed by the next worker to start there.
 
 What stays the worker's own: its event loop's output (dask's logging, which goes through
 ``sys.stderr`` and is routed to the worker's real descriptors, see :func:`passthrough`). Text
@@ -93,7 +95,7 @@ class DescriptorCapture:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         pid = os.getpid()
-        self.streams = [_Stream(name, fd, folder / f"{pid}.{name[3:]}") for name, fd in STREAMS]
+        self.streams = [_Stream(name, fd, folder / f"{pid}.{name[3:]}") for name, fd in STREAMS]  # stderr_file()
         self._writer: Writer | None = None
         self._loop: _Loop | None = None
         self._lock = threading.Lock()
@@ -151,6 +153,32 @@ class DescriptorCapture:
         be the job's: the event loop's output while descriptors 1 and 2 are the job's."""
         stream = next(s for s in self.streams if s.name == name)
         return open(stream.saved, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
+
+
+LAST_WORDS_CHARS = 2000  # of a dead worker's stderr file, shown with its death
+
+
+def last_words(path: str) -> str | None:
+    """What a worker wrote to its descriptor 2 during its last job (a crash's faulthandler dump, a
+    C++ abort's message), from the start (the file holds that job's only), at most
+    :data:`LAST_WORDS_CHARS` of it: its :func:`stderr_file`, read on the worker's host."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(LAST_WORDS_CHARS * 4).decode("utf-8", errors="replace")
+            size = file.seek(0, os.SEEK_END)
+    except OSError:
+        return None
+    text = head[:LAST_WORDS_CHARS].strip()
+    if not text:
+        return None
+    if size > len(text.encode()) + 1:
+        text += f"\n... (the rest is in {path})"
+    return text
+
+
+def stderr_file() -> Path:
+    """Where this worker's descriptor 2 goes while a job runs."""
+    return folder() / f"{os.getpid()}.err"
 
 
 def folder() -> Path:

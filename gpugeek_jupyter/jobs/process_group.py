@@ -13,7 +13,7 @@ import secrets
 import tempfile
 import time
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ class ProcessGroup:
     master_port: int
     pids: dict[str, int]  # worker address -> its process id
     cuda_visible: dict[str, str]  # worker address -> CUDA_VISIBLE_DEVICES for its rank (GPU workers only)
+    stderr_files: dict[str, str] = field(default_factory=dict)  # worker address -> descriptor 2's file in jobs
 
 
 def package_archive() -> Path:
@@ -181,6 +182,7 @@ class ProcessGroupBuilder:
             backend="cpu:gloo,cuda:nccl" if all(own.values()) else "gloo",
             master_port=int(facts[layout.master.address]["port"]),
             pids={a: int(facts[a]["pid"]) for a in layout.addresses},
+            stderr_files={a: str(facts[a]["stderr_file"]) for a in layout.addresses if facts[a].get("stderr_file")},
             cuda_visible=cuda_visible,
         )
         log.info(

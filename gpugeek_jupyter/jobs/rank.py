@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import capture, children, rank_display, rank_names
+from . import capture, children, descriptors, rank_display, rank_names
 from .capture import Forwarder
 from .diagnose import describe_stack, format_user_traceback, is_peer_failure, one_line
 from .env import RANK_VARIABLES, build_worker_env, compile_cache_env, error_file_path, interface_of
@@ -128,9 +128,12 @@ def prepare_generation(generation: str, slots: dict[str, RankSlot], dask_worker:
     rendezvous store (torchrun's agent store) on a port its OS picks.
 
     Returns this worker's facts: pid, whether a previous job still runs (``busy``, and which:
-    ``busy_job``), its GPU, and on the master the store's port (MASTER_PORT).
+    ``busy_job``), its GPU, the file its descriptor 2 goes to during jobs (``stderr_file``), and on
+    the master the store's port (MASTER_PORT).
     """
     facts: dict[str, Any] = {"pid": os.getpid(), "busy": _runtime.busy(), "port": None, "own_gpu": _own_gpu()}
+    with contextlib.suppress(OSError):  # a crash's last words, for the driver on this host
+        facts["stderr_file"] = str(descriptors.stderr_file())
     if facts["busy"]:
         facts["busy_job"] = _runtime.active.job_id if _runtime.active is not None else None
         return facts

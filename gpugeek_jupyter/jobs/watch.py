@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import rank as rank_side
+from .descriptors import last_words
+from .env import interface_of
 from .escalation import Deadline, EndWorkers, RankCondition, StopEscalation
 from .events import (
     CancelRequested,
@@ -472,6 +474,10 @@ class AttemptWatch:
             death = self.transport.death_of(address, self.started_at)
             report.exit_code = death.get("exitcode")
             report.error = describe_death(f"its worker process{f' (pid {pid})' if pid else ''} at {address}", death)
+            stderr_file = self.group.stderr_files.get(address)
+            words = last_words(stderr_file) if stderr_file and interface_of(slot.host) is not None else None
+            if words is not None:  # on this host: what it wrote to stderr before it died
+                report.traceback = f"the last words of rank {slot.rank} on stderr (pid {pid}):\n{words}\n"
             if answer is not None:
                 log.info("rank %d: %s", slot.rank, answer)
         return report

@@ -47,3 +47,21 @@ def test_what_a_rank_writes_below_python_is_labelled_streamed_and_in_its_logs(po
 def test_no_stream_collects_output_below_python_too(pool: Any) -> None:
     result = run_cell(pool, "import os\nos.write(1, f'collected {rank}\\n'.encode())", {}, stream=False, timeout=120)
     assert result.ok and "collected 1" in result.logs(1)
+
+
+CRASHES_ON_RANK_1 = """
+import ctypes, os
+if rank == 1:
+    os.write(2, b"about to read address 0\\n")
+    ctypes.string_at(0)  # a segfault: faulthandler dumps the stack to descriptor 2, the job's file
+"""
+
+
+def test_a_rank_that_crashes_leaves_its_last_words_in_the_failure(pool: Any) -> None:
+    result = run_cell(pool, CRASHES_ON_RANK_1, {}, timeout=120)
+    assert not result.ok and result.failed_rank == 1, result.report()
+    assert "was killed by signal 11 (SIGSEGV)" in (result.failure or ""), result.failure
+    words = result.traceback or ""
+    assert words.startswith("the last words of rank 1 on stderr (pid "), words
+    assert "about to read address 0" in words and "Fatal Python error: Segmentation fault" in words, words
+    assert "in <module>" in words or "File " in words  # the stack faulthandler wrote
