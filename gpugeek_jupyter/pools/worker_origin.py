@@ -35,9 +35,16 @@ _warming: threading.Thread | None = None
 
 
 def forkserver_preload(preload_torch: bool) -> list[str]:
-    """The modules the forkserver imports before it forks any worker."""
-    modules = ["distributed", "gpugeek_jupyter.pools._forkserver_preload"]
-    return modules + list(_TORCH_MODULES) if preload_torch else modules
+    """The modules the forkserver imports before it forks any worker, a notebook's interrupt ignored
+    meanwhile (:mod:`gpugeek_jupyter._preload_interrupts_ignored`)."""
+    modules = [
+        "gpugeek_jupyter._preload_interrupts_ignored",
+        "distributed",
+        "gpugeek_jupyter.pools._forkserver_preload",
+    ]
+    if preload_torch:
+        modules += list(_TORCH_MODULES)
+    return [*modules, "gpugeek_jupyter._preload_interrupts_restored"]
 
 
 def use_forkserver(preload_torch: bool = True) -> None:
