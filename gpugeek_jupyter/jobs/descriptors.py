@@ -35,6 +35,7 @@ from typing import Any, Protocol
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05  # the files are read this often while a job runs
+IDLE_POLLS = 40  # ... and the reading goes on this many times after a job (2 s), for the next one
 READ_BYTES = 1 << 20  # at most this much of a file at a time
 STREAMS = (("stdout", 1), ("stderr", 2))
 
@@ -62,7 +63,8 @@ class _Stream:
         self.decoder = _decoder()
 
     def redirect(self) -> None:
-        os.ftruncate(self.file, 0)
+        if self.read_to or os.fstat(self.file).st_size:  # most jobs write nothing here: no truncate then
+            os.ftruncate(self.file, 0)
         self.read_to = 0
         self.decoder = _decoder()
         os.dup2(self.file, self.fd)
@@ -100,6 +102,7 @@ class DescriptorCapture:
         self._loop: _Loop | None = None
         self._lock = threading.Lock()
         self._polling = False
+        self._idle_polls = 0
 
     def begin(self, writer: Writer, loop: _Loop) -> None:
         """From now on what descriptors 1 and 2 get goes to ``writer`` (read on ``loop``)."""
@@ -108,7 +111,8 @@ class DescriptorCapture:
             for stream in self.streams:
                 stream.redirect()
             self._writer, self._loop = writer, loop
-            if not self._polling:
+            self._idle_polls = 0
+            if not self._polling:  # started once for a run of jobs: waking the loop per job costs more
                 self._polling = True
                 loop.call_soon_threadsafe(loop.call_later, POLL_S, self._poll)
 
@@ -123,12 +127,19 @@ class DescriptorCapture:
                 self._send(writer, final=True)
 
     def _poll(self) -> None:
-        """On the worker's event loop, every ``POLL_S`` while a job runs."""
+        """On the worker's event loop, every ``POLL_S`` while jobs run, and ``IDLE_POLLS`` more
+        after the last one ended (the next cell of a REPL finds it running)."""
         with self._lock:
-            if self._writer is None or self._loop is None:
+            if self._loop is None:
                 self._polling = False
                 return
-            self._send(self._writer, final=False)
+            if self._writer is None:
+                self._idle_polls += 1
+                if self._idle_polls > IDLE_POLLS:
+                    self._polling = False
+                    return
+            else:
+                self._send(self._writer, final=False)
             self._loop.call_later(POLL_S, self._poll)
 
     def _send(self, writer: Writer, final: bool) -> None:
