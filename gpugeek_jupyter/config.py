@@ -162,6 +162,11 @@ class GpugeekConfig(Configurable):
     quota_usd_per_day = Float(
         0.0, help="USD a user may spend per day (UTC); past it no pool of theirs starts (0: no limit)."
     ).tag(config=True)
+    quota_usd_per_month = Float(
+        0.0,
+        help="USD a user may spend per calendar month (UTC); past it no pool of theirs starts (0: no limit; "
+        "needs team_ledger_url or team_service_url, which keep the spend).",
+    ).tag(config=True)
     team_budget_usd_per_month = Float(
         0.0,
         help="USD the whole team may spend per calendar month (UTC), from the team ledger: past it no pool "
@@ -174,8 +179,8 @@ class GpugeekConfig(Configurable):
         "token, which needs read:users:groups."
     ).tag(config=True)
     user_quotas = Dict(
-        help="Per-user quota overrides, e.g. {'ada': {'max_gpus': 16, 'usd_per_day': 200}} (keys: max_gpus, "
-        "max_workers, backends, gpu_types, usd_per_day)."
+        help="Per-user quota overrides, e.g. {'ada': {'max_gpus': 16, 'usd_per_month': 2000}} (keys: max_gpus, "
+        "max_workers, backends, gpu_types, usd_per_day, usd_per_month)."
     ).tag(config=True)
     job_logs_keep = Integer(
         500,

@@ -15,7 +15,8 @@ checks every launch):
 - ``quota_max_gpus`` / ``quota_max_workers``: GPUs and workers a user may hold at once, over all
   their live pools (the ledger's open rows; without a ledger, this host's registry);
 - ``quota_backends`` / ``quota_gpu_types``: what a user may launch on (empty: anything);
-- ``quota_usd_per_day``: a user's spend since midnight UTC;
+- ``quota_usd_per_day`` / ``quota_usd_per_month``: a user's spend since midnight UTC, and since the
+  first of the month (UTC) (without a ledger, what this host's registry's pools cost then);
 - ``team_budget_usd_per_month``: the whole team's spend this calendar month (UTC), which also
   stops running pools once reached, as a pool's own ``--budget`` does;
 - ``group_quotas``: per hub group, e.g. ``{"students": {"max_gpus": 1}}``: a group's limits apply
@@ -27,7 +28,7 @@ On JupyterHub the team's ledger service (:mod:`gpugeek_jupyter.hub.ledger_servic
 token (:mod:`.team_service`).
 
 A breach is one line naming the limit, the usage and the setting. :func:`team_report` is the
-admin's view: spend per user and GPU type over a period, from the ledger.
+admin's view: spend per user, hub group or pool (and GPU type) over a period, from the ledger.
 
 Spend is each pool's hourly rate (the prices in force at its launch) times the time it was live
 within the period; a pool whose owner was killed is closed at the next check of the same user on
@@ -58,8 +59,8 @@ from ..errors import (
     SpecError,
     Value,
 )
+from .team_rows import Holdings, opening_report, pool_key, start_of_day, start_of_month
 from .team_rows import gpus_of as _gpus_of
-from .team_rows import opening_report, pool_key, start_of_day, start_of_month
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -90,6 +91,7 @@ class Quota:
     backends: tuple[str, ...] = ()
     gpu_types: tuple[str, ...] = ()
     usd_per_day: float = 0.0
+    usd_per_month: float = 0.0
     # where a limit was set, when not by its quota_* setting: (limit, "user_quotas['ada']['max_gpus']")
     sources: tuple[tuple[str, str], ...] = ()
 
@@ -99,7 +101,14 @@ class Quota:
 
     @property
     def limits_anything(self) -> bool:
-        return bool(self.max_gpus or self.max_workers or self.backends or self.gpu_types or self.usd_per_day)
+        return bool(
+            self.max_gpus
+            or self.max_workers
+            or self.backends
+            or self.gpu_types
+            or self.usd_per_day
+            or self.usd_per_month
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the team's ledger service answers with it)."""
@@ -109,6 +118,7 @@ class Quota:
             "backends": list(self.backends),
             "gpu_types": list(self.gpu_types),
             "usd_per_day": self.usd_per_day,
+            "usd_per_month": self.usd_per_month,
             "sources": dict(self.sources),
         }
 
@@ -120,11 +130,19 @@ class Quota:
             backends=tuple(data.get("backends") or ()),
             gpu_types=tuple(data.get("gpu_types") or ()),
             usd_per_day=float(data.get("usd_per_day") or 0.0),
+            usd_per_month=float(data.get("usd_per_month") or 0.0),
             sources=tuple(sorted(dict(data.get("sources") or {}).items())),
         )
 
 
-_QUOTA_FIELDS = {"max_gpus": int, "max_workers": int, "backends": tuple, "gpu_types": tuple, "usd_per_day": float}
+_QUOTA_FIELDS = {
+    "max_gpus": int,
+    "max_workers": int,
+    "backends": tuple,
+    "gpu_types": tuple,
+    "usd_per_day": float,
+    "usd_per_month": float,
+}
 
 
 def _checked(table: str, name: str, override: Any) -> dict[str, Any]:
@@ -165,6 +183,7 @@ def quota_for(user: str, config: GpugeekConfig | None = None, groups: tuple[str,
         "backends": tuple(config.quota_backends),
         "gpu_types": tuple(config.quota_gpu_types),
         "usd_per_day": float(config.quota_usd_per_day),
+        "usd_per_month": float(config.quota_usd_per_month),
     }
     sources: dict[str, str] = {}
     table = dict(config.group_quotas)
@@ -209,12 +228,14 @@ def hub_groups(user: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Usage:
-    """What a user holds now and has spent today, and what the team has spent this month."""
+    """What a user holds now and has spent today and this month, and what the team has spent this
+    month."""
 
     gpus: int = 0
     workers: int = 0
     user_usd_today: float = 0.0
     team_usd_month: float = 0.0
+    user_usd_month: float = 0.0
 
 
 def _usd(amount: float) -> str:
@@ -278,17 +299,30 @@ def check_quota(spec: PoolSpec, user: str, quota: Quota, usage: Usage, team_budg
             ),
             field="count",
         )
-    if quota.usd_per_day and usage.user_usd_today >= quota.usd_per_day:
-        raise QuotaExceededError(
-            Phrase(
-                "{user} has spent {spent} today (UTC), the daily quota of {limit} "
-                "(GpugeekConfig.{setting}); no pool starts before midnight UTC unless your admin raises it",
-                setting=quota.setting("usd_per_day"),
-                user=Value(user),
-                spent=_usd(usage.user_usd_today),
-                limit=_usd(quota.usd_per_day),
+    spend_limits = (  # limit, its value, what counts against it, the period, when it is over
+        ("usd_per_day", quota.usd_per_day, usage.user_usd_today, "today (UTC), the daily", "midnight UTC"),
+        (
+            "usd_per_month",
+            quota.usd_per_month,
+            usage.user_usd_month,
+            "this month (UTC), the monthly",
+            "the first of next month",
+        ),
+    )
+    for limit, allowed, spent, period, over in spend_limits:
+        if allowed and spent >= allowed:
+            raise QuotaExceededError(
+                Phrase(
+                    "{user} has spent {spent} {period} quota of {limit} (GpugeekConfig.{setting}); no pool "
+                    "starts before {over} unless your admin raises it",
+                    setting=quota.setting(limit),
+                    user=Value(user),
+                    spent=_usd(spent),
+                    period=period,
+                    limit=_usd(allowed),
+                    over=over,
+                )
             )
-        )
     if team_budget and usage.team_usd_month >= team_budget:
         raise QuotaExceededError(
             Phrase(
@@ -321,7 +355,14 @@ def _tables() -> Any:
         Column("started_at", Float, nullable=False, index=True),
         Column("ended_at", Float, nullable=True, index=True),
     )
-    return metadata, pools
+    # the hub groups its user was in when the pool opened (none outside a hub): the team report per group
+    groups = Table(
+        "gpugeek_team_pool_groups",
+        metadata,
+        Column("pool_id", Integer, nullable=False, index=True),  # gpugeek_team_pools.id
+        Column("group_name", String(255), nullable=False),
+    )
+    return metadata, pools, groups
 
 
 @functools.cache
@@ -335,20 +376,79 @@ def _pools() -> Any:
     return _team_tables()[1]
 
 
+def _pool_groups() -> Any:
+    return _team_tables()[2]
+
+
 def __getattr__(name: str) -> Any:  # ``POOLS``, for readers of the table outside this module
     if name == "POOLS":
         return _pools()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _live_hours(row: Any, since: float, until: float) -> float:
+    """The hours ledger row ``row``'s pool was live between ``since`` and ``until``."""
+    start = max(float(row.started_at), since)
+    end = min(float(row.ended_at) if row.ended_at is not None else until, until)
+    return max(0.0, end - start) / 3600.0
+
+
 def _spend(rows: Any, since: float, until: float) -> float:
-    total = 0.0
+    return sum(float(row.usd_per_hour) * _live_hours(row, since, until) for row in rows)
+
+
+REPORT_BY = ("user", "group", "pool")  # what a team report's rows are per
+
+
+def _report_rows(
+    rows: list[Any], since: float, until: float, by: str, groups_of: Mapping[int, list[str]]
+) -> list[dict[str, Any]]:
+    """The ledger's pool rows summed per ``by`` over the period (see :meth:`TeamLedger.report`)."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for row in rows:
-        start = max(float(row.started_at), since)
-        end = min(float(row.ended_at) if row.ended_at is not None else until, until)
-        if end > start:
-            total += float(row.usd_per_hour) * (end - start) / 3600.0
-    return total
+        hours = _live_hours(row, since, until)
+        gpu_hours, usd = hours * int(row.gpus), hours * float(row.usd_per_hour)
+        if by == "pool":
+            out[(row.id,)] = {
+                "user": row.user_name,
+                "pool": row.pool_name,
+                "host": row.host,
+                "backend": row.backend,
+                "gpu_type": row.gpu_type,
+                "started_at": float(row.started_at),
+                "ended_at": None if row.ended_at is None else float(row.ended_at),
+                "gpu_hours": gpu_hours,
+                "usd": usd,
+            }
+            continue
+        if by == "group":
+            groups = sorted(set(groups_of.get(int(row.id), []))) or [""]
+            for group in groups:
+                entry = out.setdefault(
+                    (group, row.gpu_type),
+                    {
+                        "group": group,
+                        "gpu_type": row.gpu_type,
+                        "users": set(),
+                        "pools": 0,
+                        "gpu_hours": 0.0,
+                        "usd": 0.0,
+                    },
+                )
+                entry["users"].add(row.user_name)
+                entry["pools"] += 1
+                entry["gpu_hours"] += gpu_hours / len(groups)
+                entry["usd"] += usd / len(groups)
+            continue
+        entry = out.setdefault(
+            (row.user_name, row.gpu_type),
+            {"user": row.user_name, "gpu_type": row.gpu_type, "pools": 0, "gpu_hours": 0.0, "usd": 0.0},
+        )
+        entry["pools"] += 1
+        entry["gpu_hours"] += gpu_hours
+        entry["usd"] += usd
+    entries = [{**e, "users": len(e["users"])} if by == "group" else e for e in out.values()]
+    return sorted(entries, key=lambda e: (-e["usd"], e[by], e["gpu_type"]))
 
 
 @dataclass
@@ -370,13 +470,21 @@ class TeamLedger:
                 self._engine = engine
             return self._engine
 
-    def record_start(self, key: str, user: str, record: PoolRecord, spec: PoolSpec, usd_per_hour: float) -> None:
-        """Open ``key``'s row (again, if a registry made anew reused an id: the old row is closed)."""
-        self.open_row(user, opening_report(key, record, spec, usd_per_hour))
+    def record_start(
+        self,
+        key: str,
+        user: str,
+        record: PoolRecord,
+        spec: PoolSpec,
+        usd_per_hour: float,
+    ) -> None:
+        """Open ``key``'s row (again, if a registry made anew reused an id: the old row is closed),
+        with ``user``'s hub groups of now (the ledger service asks the hub for its caller's itself)."""
+        self.open_row(user, opening_report(key, record, spec, usd_per_hour), hub_groups(user))
 
-    def open_row(self, user: str, report: dict[str, Any]) -> None:
-        """Open the row an ``opening_report`` describes, as ``user``'s; the same report again (a
-        resend) changes nothing."""
+    def open_row(self, user: str, report: dict[str, Any], groups: tuple[str, ...] | list[str] = ()) -> None:
+        """Open the row an ``opening_report`` describes, as ``user``'s, in ``user``'s hub ``groups`` of
+        now; the same report again (a resend) changes nothing."""
         from sqlalchemy import insert, select, update
 
         now = time.time()
@@ -399,7 +507,7 @@ class TeamLedger:
                 .where(_pools().c.pool_key == key)
                 .values(pool_key=_pools().c.pool_key + f"#ended-{now:.6f}")
             )
-            db.execute(
+            opened = db.execute(
                 insert(_pools()).values(
                     pool_key=key,
                     user_name=user,
@@ -413,6 +521,10 @@ class TeamLedger:
                     started_at=float(report["started_at"]),
                 )
             )
+            names = sorted({str(g) for g in groups if str(g)})
+            if names:
+                row_id = opened.inserted_primary_key[0]  # type: ignore[index]  # an insert has one
+                db.execute(insert(_pool_groups()), [{"pool_id": row_id, "group_name": g} for g in names])
 
     def owner_of(self, key: str) -> str | None:
         """Whose row ``key`` is (None: no such row)."""
@@ -422,13 +534,23 @@ class TeamLedger:
             row = db.execute(select(_pools().c.user_name).where(_pools().c.pool_key == key)).first()
         return None if row is None else str(row.user_name)
 
-    def holdings(self, user: str, now: float) -> tuple[list[Any], float, float]:
-        """``user``'s open rows, their spend today and the team's this month (UTC)."""
-        return (
-            self.open_pools(user),
-            self.spend(start_of_day(now), now, user=user),
-            self.spend(start_of_month(now), now),
+    def holdings(self, user: str, now: float) -> Holdings:
+        """``user``'s open rows, their spend today and this month, and the team's this month (UTC)."""
+        return self.holdings_since(user, start_of_day(now), start_of_month(now), now)
+
+    def holdings_since(self, user: str, day: float, month: float, now: float) -> Holdings:
+        """:meth:`holdings` with the day and the month starting at ``day`` and ``month`` (the
+        ledger service takes them from its caller); the user's two periods from one read."""
+        from sqlalchemy import or_, select
+
+        overlapping = select(_pools().c.started_at, _pools().c.ended_at, _pools().c.usd_per_hour).where(
+            _pools().c.user_name == user,
+            _pools().c.started_at < now,
+            or_(_pools().c.ended_at.is_(None), _pools().c.ended_at > min(day, month)),
         )
+        with self.engine.connect() as db:
+            rows = list(db.execute(overlapping))
+        return Holdings(self.open_pools(user), _spend(rows, day, now), _spend(rows, month, now), self.spend(month, now))
 
     def record_end(self, key: str, ended_at: float | None = None) -> None:
         from sqlalchemy import update
@@ -459,9 +581,15 @@ class TeamLedger:
         with self.engine.connect() as db:
             return _spend(db.execute(query), since, until)
 
-    def report(self, since: float, until: float | None = None, user: str | None = None) -> list[dict[str, Any]]:
-        """Spend per user and GPU type between ``since`` and ``until`` (of ``user`` only, if given):
-        rows of user, gpu_type, pools, gpu_hours and usd, largest spend first."""
+    def report(
+        self, since: float, until: float | None = None, user: str | None = None, by: str = "user"
+    ) -> list[dict[str, Any]]:
+        """Spend between ``since`` and ``until`` (of ``user`` only, if given), largest first, per
+        ``by`` (:data:`REPORT_BY`): ``"user"``, rows of user, gpu_type, pools, gpu_hours and usd;
+        ``"group"``, rows of group, gpu_type, users, pools, gpu_hours and usd, where a pool counts in
+        each hub group its user was in at its launch, its hours and USD shared evenly among them (so
+        the groups add up to the team's spend; ``""``: in no group); ``"pool"``, a row per pool:
+        user, pool, host, backend, gpu_type, started_at, ended_at, gpu_hours and usd."""
         from sqlalchemy import or_, select
 
         until = until or time.time()
@@ -470,20 +598,16 @@ class TeamLedger:
         )
         if user is not None:
             query = query.where(_pools().c.user_name == user)
-        groups: dict[tuple[str, str], dict[str, Any]] = {}
         with self.engine.connect() as db:
-            for row in db.execute(query):
-                start = max(float(row.started_at), since)
-                end = min(float(row.ended_at) if row.ended_at is not None else until, until)
-                hours = max(0.0, end - start) / 3600.0
-                entry = groups.setdefault(
-                    (row.user_name, row.gpu_type),
-                    {"user": row.user_name, "gpu_type": row.gpu_type, "pools": 0, "gpu_hours": 0.0, "usd": 0.0},
-                )
-                entry["pools"] += 1
-                entry["gpu_hours"] += hours * int(row.gpus)
-                entry["usd"] += hours * float(row.usd_per_hour)
-        return sorted(groups.values(), key=lambda e: (-e["usd"], e["user"], e["gpu_type"]))
+            rows = list(db.execute(query))
+            groups_of: dict[int, list[str]] = {}
+            if by == "group" and rows:
+                ids = [int(r.id) for r in rows]
+                for start in range(0, len(ids), 500):  # bound the IN list
+                    chosen = select(_pool_groups()).where(_pool_groups().c.pool_id.in_(ids[start : start + 500]))
+                    for link in db.execute(chosen):
+                        groups_of.setdefault(int(link.pool_id), []).append(str(link.group_name))
+        return _report_rows(rows, since, until, by, groups_of)
 
     def close_lost(self, user: str, registry: Registry) -> None:
         """Close this user's open rows of this host and registry whose pool is no longer live there
@@ -530,22 +654,42 @@ def _registry_usage(registry: Registry, spec_of: Any) -> tuple[int, int]:
     return gpus, workers
 
 
+def _registry_spend(registry: Registry, since: float, now: float) -> float:
+    """What this registry's pools cost from ``since`` to ``now`` (those live then, or ended since)."""
+    from .ledger import pool_cost
+
+    return sum(
+        pool_cost(registry, record.id, now=now, since=since, include_idle=False).total_usd
+        for record in registry.recent_pools(ended_since=since)
+    )
+
+
+def _usage_of_registry(registry: Registry, now: float) -> Usage:
+    """What this registry's pools hold now and cost today and this month (UTC): a lone user's
+    usage, with no ledger (their registry is then the record of their spend)."""
+    from ..spec import PoolSpec
+
+    gpus, workers = _registry_usage(registry, lambda r: PoolSpec.from_dict(r.spec))
+    month = _registry_spend(registry, start_of_month(now), now)
+    day = start_of_day(now)
+    today = month if day <= start_of_month(now) else _registry_spend(registry, day, now)
+    return Usage(gpus=gpus, workers=workers, user_usd_today=today, user_usd_month=month)
+
+
 def usage_of(user: str, registry: Registry, ledger: Any) -> Usage:
     """What ``user`` holds and spent, from the ledger when there is one, else from this registry."""
     from ..spec import PoolSpec
 
     now = time.time()
     if ledger is None:
-        gpus, workers = _registry_usage(registry, lambda r: PoolSpec.from_dict(r.spec))
-        return Usage(gpus=gpus, workers=workers)
+        return _usage_of_registry(registry, now)
     try:
         ledger.close_lost(user, registry)
-        open_rows, today, month = ledger.holdings(user, now)
+        held = ledger.holdings(user, now)
     except OSError as e:  # the ledger service does not answer: this registry is the record meanwhile
         log.warning("the team's ledger service did not answer (%s): quotas count this registry only", e)
-        gpus, workers = _registry_usage(registry, lambda r: PoolSpec.from_dict(r.spec))
-        return Usage(gpus=gpus, workers=workers)
-    recorded = {str(r.pool_key) for r in open_rows}
+        return _usage_of_registry(registry, now)
+    recorded = {str(r.pool_key) for r in held.open_rows}
     # pools of this registry still starting have no row yet (it is written when they are ready)
     starting = [
         PoolSpec.from_dict(r.spec)
@@ -553,10 +697,11 @@ def usage_of(user: str, registry: Registry, ledger: Any) -> Usage:
         if pool_key(registry, r.id) not in recorded
     ]
     return Usage(
-        gpus=sum(int(r.gpus) for r in open_rows) + sum(_gpus_of(spec) for spec in starting),
-        workers=sum(int(r.workers) for r in open_rows) + sum(int(spec.count) for spec in starting),
-        user_usd_today=today,
-        team_usd_month=month,
+        gpus=sum(int(r.gpus) for r in held.open_rows) + sum(_gpus_of(spec) for spec in starting),
+        workers=sum(int(r.workers) for r in held.open_rows) + sum(int(spec.count) for spec in starting),
+        user_usd_today=held.user_usd_today,
+        user_usd_month=held.user_usd_month,
+        team_usd_month=held.team_usd_month,
     )
 
 
@@ -613,14 +758,17 @@ def quota_status(registry: Registry, config: GpugeekConfig | None = None) -> dic
     config = config or get_config()
     user = current_user()
     ledger = team_ledger(config, registry)
-    usage = usage_of(user, registry, ledger)
-    served = ledger.limits() if getattr(ledger, "serves_quotas", False) else None
+    serves_quotas = getattr(ledger, "serves_quotas", False)
+    usage = usage_of(user, registry, ledger) if serves_quotas else None  # the service says its limits with it
+    served = ledger.limits() if serves_quotas else None
     if served is not None:
         quota, budget, source = Quota.from_dict(served[0]), served[1], "service"
     else:
         quota = quota_for(user, config, hub_groups(user) if config.group_quotas else ())
         budget = float(config.team_budget_usd_per_month) if ledger is not None else 0.0
         source = "settings"
+    if usage is None:  # nothing is read for a line that is not shown
+        usage = usage_of(user, registry, ledger) if quota.limits_anything or budget else Usage()
     return {
         "user": user,
         "limited": quota.limits_anything or bool(budget),
@@ -629,6 +777,7 @@ def quota_status(registry: Registry, config: GpugeekConfig | None = None) -> dic
             "gpus": usage.gpus,
             "workers": usage.workers,
             "user_usd_today": usage.user_usd_today,
+            "user_usd_month": usage.user_usd_month,
             "team_usd_month": usage.team_usd_month,
         },
         "team_budget_usd_per_month": budget,
@@ -650,13 +799,9 @@ class TeamLedgerReporter:
         from ..pricing import hourly_rate
 
         record = pool.record
-        self.ledger.record_start(
-            pool_key(manager.registry, pool.id),
-            current_user(),
-            record,
-            pool.spec,
-            hourly_rate(pool.spec, record.prices),
-        )
+        user = current_user()
+        key, rate = pool_key(manager.registry, pool.id), hourly_rate(pool.spec, record.prices)
+        self.ledger.record_start(key, user, record, pool.spec, rate)
 
     def stopped(self, manager: PoolManager, record: PoolRecord) -> None:
         self._checked_at.pop(record.id, None)
@@ -674,7 +819,7 @@ class TeamLedgerReporter:
         self._checked_at[pool.id] = now
         try:
             if served:  # the service's budget (the admin's settings), with the team's spend
-                _, _, spent = self.ledger.holdings(current_user(), time.time())
+                spent = self.ledger.holdings(current_user(), time.time()).team_usd_month
                 limits = self.ledger.limits()
                 budget = limits[1] if limits is not None else budget
             else:
@@ -773,11 +918,15 @@ def team_report(
     until: float | str | None = None,
     user: str | None = None,
     *,
+    by: str = "user",
     viewer: Viewer | None = None,
 ) -> list[dict[str, Any]]:
-    """The team's spend per user and GPU type since ``since`` (a timestamp or an ISO date such as
-    ``"2026-11-01"``; default: the first of this month, UTC) until ``until`` (default: now), of every
-    user or of ``user`` only: rows of user, gpu_type, pools, gpu_hours and usd, largest spend first.
+    """The team's spend since ``since`` (a timestamp or an ISO date such as ``"2026-11-01"``; default:
+    the first of this month, UTC) until ``until`` (default: now), of every user or of ``user`` only,
+    largest spend first: per user and GPU type (``by="user"``: rows of user, gpu_type, pools,
+    gpu_hours and usd), per hub group and GPU type (``by="group"``: group, gpu_type, users, pools,
+    gpu_hours, usd; a user's pool is shared evenly among the groups they were in at its launch) or
+    per pool (``by="pool"``: user, pool, host, backend, gpu_type, started_at, ended_at, gpu_hours, usd).
 
     A hub admin sees every user; under JupyterHub anyone else sees their own rows only (``viewer``,
     default :func:`kernel_viewer`; the server extension passes the caller's hub identity).
@@ -791,6 +940,8 @@ def team_report(
                 example="'postgresql+psycopg:///gpugeek?host=/var/run/postgresql'",
             )
         )
+    if by not in REPORT_BY:
+        raise SpecError(field="by", value=by, rule=f"one of {', '.join(REPORT_BY)}", example="group")
     viewer = viewer or kernel_viewer()
     if not viewer.admin:
         if user is not None and user != viewer.name:
@@ -808,6 +959,6 @@ def team_report(
         ledger = ledger.with_token(viewer.token)  # the ledger service asks the hub who they are itself
     start = _when(since, "since")
     rows: list[dict[str, Any]] = ledger.report(
-        start if start is not None else start_of_month(time.time()), _when(until, "until"), user
+        start if start is not None else start_of_month(time.time()), _when(until, "until"), user, by
     )
     return rows

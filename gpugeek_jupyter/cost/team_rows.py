@@ -5,12 +5,24 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..spec import PoolSpec
     from ..store import PoolRecord, Registry
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """A user's open rows (pool_key, gpus, workers), their spend today and this month, and the
+    team's this month (UTC): what a quota check counts."""
+
+    open_rows: list[Any]
+    user_usd_today: float
+    user_usd_month: float
+    team_usd_month: float
 
 
 def gpus_of(spec: PoolSpec) -> int:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..spec import PoolSpec
     from ..store import PoolRecord, Registry
+    from .team_rows import Holdings
 
 log = logging.getLogger(__name__)
 
@@ -126,10 +127,10 @@ class ServiceLedger:
     # -- reads --------------------------------------------------------------------------------
     serves_quotas = True  # the service says the caller's quota and the team budget (its settings)
 
-    def holdings(self, user: str, now: float) -> tuple[list[Any], float, float]:
-        """The caller's open rows, their spend today and the team's this month (UTC); the quota and
-        budget the same answer gives are kept for :meth:`limits`."""
-        from .team_rows import start_of_day, start_of_month
+    def holdings(self, user: str, now: float) -> Holdings:
+        """The caller's open rows, their spend today and this month, and the team's this month (UTC);
+        the quota and budget the same answer gives are kept for :meth:`limits`."""
+        from .team_rows import Holdings, start_of_day, start_of_month
 
         self.flush()
         self._limits = None
@@ -137,7 +138,12 @@ class ServiceLedger:
         if isinstance(answer.get("quota"), dict):
             self._limits = (dict(answer["quota"]), float(answer.get("team_budget_usd_per_month") or 0.0))
         rows = [SimpleNamespace(**row) for row in answer["open"]]
-        return rows, float(answer["user_usd_today"]), float(answer["team_usd_month"])
+        return Holdings(
+            rows,
+            float(answer["user_usd_today"]),
+            float(answer.get("user_usd_month") or 0.0),  # a service of an earlier release does not say
+            float(answer["team_usd_month"]),
+        )
 
     def limits(self) -> tuple[dict[str, Any], float] | None:
         """The caller's quota (``Quota.to_dict``'s form) and the team's monthly budget as the service said them in its last
@@ -145,13 +151,16 @@ class ServiceLedger:
         return self._limits
 
     def open_pools(self, user: str) -> list[Any]:
-        return self.holdings(user, time.time())[0]
+        return self.holdings(user, time.time()).open_rows
 
     def spend(self, since: float, until: float | None = None, user: str | None = None) -> float:
         return float(self._call("GET", "api/spend", query={"since": since, "until": until, "user": user})["usd"])
 
-    def report(self, since: float, until: float | None = None, user: str | None = None) -> list[dict[str, Any]]:
-        return list(self._call("GET", "api/report", query={"since": since, "until": until, "user": user})["rows"])
+    def report(
+        self, since: float, until: float | None = None, user: str | None = None, by: str = "user"
+    ) -> list[dict[str, Any]]:
+        query = {"since": since, "until": until, "user": user, "by": by}
+        return list(self._call("GET", "api/report", query=query)["rows"])
 
     def close_lost(self, user: str, registry: Registry) -> None:
         """Close the caller's open rows of this registry whose pool is no longer live here."""

@@ -21,12 +21,16 @@ Routes (under the service's prefix, ``/services/gpugeek-ledger/``):
 
 - ``POST api/reports`` ``{"reports": [{"op": "open", ...}, {"op": "close", "key", "ended_at"}]}``:
   applied in order; answers ``{"results": ["ok" | why refused, ...]}``;
-- ``GET api/usage?day=T&month=T``: the caller's open rows, their spend since ``day`` and the team's
-  since ``month``, with the caller's quota and the team's monthly budget from the service's own
+- ``GET api/usage?day=T&month=T``: the caller's open rows, their spend since ``day`` and since
+  ``month``, the team's since ``month``, with the caller's quota and the team's monthly budget from the service's own
   settings (the admin's ``GpugeekConfig``) and the caller's hub groups: the quota check, which a
   user's own configuration cannot loosen;
 - ``GET api/spend?since=T[&until=T][&user=NAME]``: USD spent, by the team or one user (the budget);
-- ``GET api/report?since=T[&until=T][&user=NAME]``: ``team_report``'s rows for the caller.
+- ``GET api/report?since=T[&until=T][&user=NAME][&by=user|group|pool]``: ``team_report``'s rows
+  for the caller.
+
+A pool's row carries the hub groups its user was in when it opened, as the hub tells the service
+(the caller's token needs ``read:users:groups``): the report per group.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from urllib.parse import urlparse
 from tornado import ioloop, web
 
 from ..config import get_config
-from ..cost.team import TeamLedger, Viewer, quota_for, team_ledger, viewer_from_hub_model
+from ..cost.team import REPORT_BY, TeamLedger, Viewer, quota_for, team_ledger, viewer_from_hub_model
 from ..errors import GpugeekError
 
 log = logging.getLogger("gpugeek_jupyter.hub.ledger_service")
@@ -51,8 +55,9 @@ log = logging.getLogger("gpugeek_jupyter.hub.ledger_service")
 OPENING_FIELDS = ("key", "host", "pool_name", "backend", "gpu_type", "gpus", "workers", "usd_per_hour", "started_at")
 
 
-def apply_report(ledger: TeamLedger, user: str, report: dict[str, Any]) -> str:
-    """Write one report as ``user``'s; "ok", or why it was refused (one line)."""
+def apply_report(ledger: TeamLedger, user: str, report: dict[str, Any], groups: tuple[str, ...] = ()) -> str:
+    """Write one report as ``user``'s (a pool it opens counts in ``user``'s hub ``groups``, as the hub
+    says them); "ok", or why it was refused (one line)."""
     op, key = report.get("op"), report.get("key")
     if op not in ("open", "close") or not isinstance(key, str) or not key:
         return f"a report needs op 'open' or 'close' and a key, got op {op!r}, key {key!r}"
@@ -63,7 +68,7 @@ def apply_report(ledger: TeamLedger, user: str, report: dict[str, Any]) -> str:
         missing = [f for f in OPENING_FIELDS if f not in report]
         if missing:
             return f"an 'open' report needs {', '.join(missing)}"
-        ledger.open_row(user, report)
+        ledger.open_row(user, report, groups)
     else:
         ledger.record_end(key, float(report.get("ended_at") or time.time()))
     return "ok"
@@ -122,7 +127,8 @@ class LedgerHandler(web.RequestHandler):
 
 class ReportsHandler(LedgerHandler):
     async def post(self) -> None:
-        user = (await self.caller())["name"]
+        model = await self.caller()
+        user, groups = model["name"], tuple(str(g) for g in model.get("groups") or ())
         try:
             reports = json.loads(self.request.body or b"{}")["reports"]
             assert isinstance(reports, list)
@@ -130,7 +136,7 @@ class ReportsHandler(LedgerHandler):
             raise web.HTTPError(400, 'the body must be {"reports": [...]}') from None
 
         def write() -> list[str]:
-            return [apply_report(self.ledger, user, r if isinstance(r, dict) else {}) for r in reports]
+            return [apply_report(self.ledger, user, r if isinstance(r, dict) else {}, groups) for r in reports]
 
         self.answer({"results": await self.blocking(write)})
 
@@ -148,12 +154,15 @@ class UsageHandler(LedgerHandler):
             raise web.HTTPError(500, str(e)) from None
 
         def read() -> dict[str, Any]:
-            rows = self.ledger.open_pools(user)
+            held = self.ledger.holdings_since(user, day or 0.0, month or 0.0, now)
             return {
                 "user": user,
-                "open": [{"pool_key": r.pool_key, "gpus": int(r.gpus), "workers": int(r.workers)} for r in rows],
-                "user_usd_today": self.ledger.spend(day or 0.0, now, user=user),
-                "team_usd_month": self.ledger.spend(month or 0.0, now),
+                "open": [
+                    {"pool_key": r.pool_key, "gpus": int(r.gpus), "workers": int(r.workers)} for r in held.open_rows
+                ],
+                "user_usd_today": held.user_usd_today,
+                "user_usd_month": held.user_usd_month,
+                "team_usd_month": held.team_usd_month,
                 "quota": quota.to_dict(),
                 "team_budget_usd_per_month": float(config.team_budget_usd_per_month),
             }
@@ -179,8 +188,11 @@ class ReportHandler(LedgerHandler):
             if user is not None and user != viewer.name:
                 raise web.HTTPError(403, f"only a hub admin sees another user's spend, not {viewer.name!r}")
             user = viewer.name
+        by = self.get_query_argument("by", None) or "user"
+        if by not in REPORT_BY:
+            raise web.HTTPError(400, f"?by= must be one of {', '.join(REPORT_BY)}, got {by!r} (e.g. ?by=group)")
         since, until = self.number("since", 0.0), self.number("until")
-        self.answer({"rows": await self.blocking(self.ledger.report, since, until, user)})
+        self.answer({"rows": await self.blocking(self.ledger.report, since, until, user, by)})
 
 
 def make_app(ledger: TeamLedger, hub_auth: Any, prefix: str, config: Any = None) -> web.Application:

@@ -17,7 +17,7 @@ from ..errors import SpecError
 from ..pools import PoolLifecyclePlugin
 from ..runtime import get_pool_manager
 from ..widgets.cost_chart import bar_chart
-from ._common import chosen_pool, parse_options, pool_arguments, usage_errors
+from ._common import chosen_pool, local_time, parse_options, pool_arguments, usage_errors
 
 # the summary: what a person reads first; --detail shows _DETAIL (every part of the cost)
 _SUMMARY = ["pool", "job", "hours", "USD", "idle"]
@@ -38,6 +38,13 @@ _DETAIL = [
 ]
 _UTILIZATION_LEVELS = (0.1, 0.25, 0.5, 0.75, 1.0)
 _FLAGS = {"path": "--csv"}  # tco.write_csv(breakdowns, path)
+
+# what --team --by shows before gpu_hours and USD, per kind of row (team_report's keys)
+TEAM_COLUMNS = {
+    "user": ["user", "gpu_type", "pools"],
+    "group": ["group", "gpu_type", "users", "pools"],
+    "pool": ["user", "pool", "host", "backend", "gpu_type", "started_at", "ended_at"],
+}
 
 # %gpugeek_cost's owned-vs-cloud options before %gpugeek_tco had them: old flag -> its flag there
 _MOVED_TO_TCO: dict[str, str | None] = {
@@ -85,11 +92,17 @@ class CostMagics(Magics):
     @argument(
         "--team",
         action="store_true",
-        help="the team's spend per user and GPU type, from the team ledger (default: this month; a hub "
+        help="the team's spend per user, group or pool (--by), from the team ledger (default: this month; a hub "
         "admin sees every user, anyone else their own)",
     )
     @argument("--until", default=None, metavar="DATE", help="with --team: spend up to this date (default: now)")
     @argument("--user", default=None, metavar="NAME", help="with --team: this user's rows only")
+    @argument(
+        "--by",
+        default=None,
+        metavar="WHAT",
+        help="with --team: a row per user (default), hub group or pool, each with its GPU type",
+    )
     @argument("--no-jobs", action="store_true", help="pools only, without a row per job")
     @argument("--csv", default=None, metavar="PATH", help="also write the report to this CSV file")
     @argument("--chart", action="store_true", help="show a bokeh bar chart of the report")
@@ -127,6 +140,9 @@ class CostMagics(Magics):
             1  grace        cpu      2       0.00     0.31
             team: USD 240.31 from 2026-11-01 00:00 to now, 2 users
 
+        ``--by group`` gives a row per hub group (a pool counts in the groups its user was in at its
+        launch, shared evenly among them), ``--by pool`` a row per pool.
+
         More examples::
 
             In [2]: %gpugeek_cost --all --since 2026-11-01 --csv cost.csv --chart -o report
@@ -144,7 +160,8 @@ class CostMagics(Magics):
             raise UsageError(moved)
         args = parse_options(self.gpugeek_cost, line, "dev --since 2026-11-01")
         pool = chosen_pool(args, "gpugeek_cost", "dev")
-        for flag, given, example in (("--until", args.until, "2026-11-30"), ("--user", args.user, "ada")):
+        team_only = (("--until", args.until, "2026-11-30"), ("--user", args.user, "ada"), ("--by", args.by, "group"))
+        for flag, given, example in team_only:
             if given and not args.team:
                 raise UsageError(f"{flag} goes with --team (e.g. %gpugeek_cost --team {flag} {example})")
         with usage_errors(flags=_FLAGS):
@@ -164,27 +181,26 @@ class CostMagics(Magics):
                 "(e.g. %gpugeek_cost --team --since 2026-11-01)"
             )
         viewer = kernel_viewer()
-        rows = team_report(since=args.since, until=args.until, user=args.user, viewer=viewer)
-        frame = pd.DataFrame(rows, columns=["user", "gpu_type", "pools", "gpu_hours", "usd"])
+        by = args.by or "user"
+        rows = team_report(since=args.since, until=args.until, user=args.user, by=by, viewer=viewer)
+        frame = pd.DataFrame(rows, columns=[*TEAM_COLUMNS[by], "gpu_hours", "usd"])
         if frame.empty:
             print("no pool of " + ("the team" if viewer.admin and not args.user else "yours") + " ran in that period")
             return frame
-        display(
-            pd.DataFrame(
-                {
-                    "user": frame["user"],
-                    "gpu_type": frame["gpu_type"],
-                    "pools": frame["pools"],
-                    "gpu_hours": [f"{h:.2f}" for h in frame["gpu_hours"]],
-                    "USD": [ledger.format_usd(x).removeprefix("USD ") for x in frame["usd"]],
-                }
-            )
-        )
-        users = frame["user"].nunique()
+        shown = {column: frame[column] for column in TEAM_COLUMNS[by]}
+        if by == "group":
+            shown["group"] = frame["group"].replace("", "(no group)")
+        for moment in ("started_at", "ended_at"):
+            if moment in shown:
+                shown[moment] = [_moment(t) for t in frame[moment]]
+        shown["gpu_hours"] = [f"{h:.2f}" for h in frame["gpu_hours"]]
+        shown["USD"] = [ledger.format_usd(x).removeprefix("USD ") for x in frame["usd"]]
+        display(pd.DataFrame(shown))
+        counted = len(frame) if by == "pool" else frame[by].nunique()
         whose = "team" if viewer.admin else f"{viewer.name} (hub admins see every user)"
         print(
             f"{whose}: {ledger.format_usd(float(frame['usd'].sum()))} from {args.since or 'the first of this month (UTC)'} "
-            f"to {args.until or 'now'}, {users} user{'s' if users != 1 else ''}"
+            f"to {args.until or 'now'}, {counted} {by}{'s' if counted != 1 else ''}"
         )
         return frame
 
@@ -383,6 +399,13 @@ def summary_table(frame: Any) -> Any:
         },
         columns=_SUMMARY,
     )
+
+
+def _moment(timestamp: float | None) -> str:
+    """A ledger time as the notebook's local date and time ("running" for a pool not ended)."""
+    if timestamp is None or timestamp != timestamp:  # None, or NaN from a frame column
+        return "running"
+    return local_time(timestamp, seconds=False)
 
 
 def _pool_lines(b: ledger.CostBreakdown) -> str:

@@ -30,6 +30,7 @@ from .job_request import parse_job_body
 from .launch_request import launch_request_schema, parse_launch_body
 from .queries import (
     parse_changes_query,
+    parse_job_metrics_query,
     parse_jobs_query,
     parse_metrics_query,
     parse_output_query,
@@ -173,7 +174,8 @@ class JobMetricsHandler(GpugeekHandler):
     @web.authenticated
     @authorized
     async def get(self, job_id: str) -> None:
-        await self.answer(self.service.job_metrics, job_id, self.get_query_argument("name", None))
+        query = parse_job_metrics_query({key: self.get_query_argument(key) for key in self.request.query_arguments})
+        await self.answer(self.service.job_metrics, job_id, query.name, query.points)
 
 
 class JobLineageHandler(GpugeekHandler):
@@ -322,7 +324,7 @@ class TeamHandler(GpugeekHandler):
         hub_auth = getattr(self.identity_provider, "hub_auth", None)
         token = hub_auth.get_token(self) if hub_auth is not None else None
         viewer = team_viewer(self.current_user, token or None)
-        await self.answer(self.service.team, query.since, query.until, query.user, viewer)
+        await self.answer(self.service.team, query.since, query.until, query.user, viewer, query.by)
 
 
 class QuotaHandler(GpugeekHandler):

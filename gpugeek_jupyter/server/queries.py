@@ -55,8 +55,9 @@ POOLS_PARAMETERS = ("namespace", "state", "before", "limit")
 JOBS_PARAMETERS = ("pool", "limit")
 OUTPUT_PARAMETERS = ("lines", "since", "limit")
 CHANGES_PARAMETERS = ("since", "wait")
-TEAM_PARAMETERS = ("since", "until", "user")
+TEAM_PARAMETERS = ("since", "until", "user", "by")
 METRICS_PARAMETERS = ("since",)
+JOB_METRICS_PARAMETERS = ("name", "points")
 DEFAULT_CHANGES_WAIT = 25  # seconds: under proxies' usual 60 s idle timeout
 MAX_CHANGES_WAIT = 60
 
@@ -215,16 +216,19 @@ class TeamQuery:
     since: str | None = None
     until: str | None = None
     user: str | None = None
+    by: str = "user"
 
 
 def parse_team_query(arguments: Mapping[str, str | None]) -> TeamQuery:
     """A :class:`TeamQuery`.
 
     >>> parse_team_query({"since": "2026-11-01", "user": "ada"})
-    TeamQuery(since='2026-11-01', until=None, user='ada')
+    TeamQuery(since='2026-11-01', until=None, user='ada', by='user')
     """
     given = _given(arguments, TEAM_PARAMETERS, "GET /gpugeek/team", "?since=2026-11-01&user=ada")
-    return TeamQuery(since=given.get("since"), until=given.get("until"), user=given.get("user"))
+    return TeamQuery(
+        since=given.get("since"), until=given.get("until"), user=given.get("user"), by=given.get("by") or "user"
+    )
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,32 @@ class MetricsQuery:
     or (``since``, seconds since the epoch) every kept sample newer than that."""
 
     since: float | None = None
+
+
+@dataclass(frozen=True)
+class JobMetricsQuery:
+    """``GET /gpugeek/jobs/<id>/metrics``: one metric's rows only (``name``), and with ``points``
+    each line thinned for a chart to at most that many rows (see :mod:`..jobs.metrics_thinning`)."""
+
+    name: str | None = None
+    points: int | None = None
+
+
+def parse_job_metrics_query(arguments: Mapping[str, str | None]) -> JobMetricsQuery:
+    """A :class:`JobMetricsQuery`.
+
+    >>> parse_job_metrics_query({"points": "400"})
+    JobMetricsQuery(name=None, points=400)
+    """
+    from ..jobs.metrics_thinning import MAX_POINTS, MIN_POINTS
+
+    example = "?points=400"
+    given = _given(arguments, JOB_METRICS_PARAMETERS, "GET /gpugeek/jobs/<id>/metrics", example)
+    points = None
+    if "points" in given:
+        rule = f"a whole number from {MIN_POINTS} to {MAX_POINTS}"
+        points = _whole_number("points", given["points"], MIN_POINTS, MAX_POINTS, rule, example)
+    return JobMetricsQuery(name=given.get("name"), points=points)
 
 
 def parse_metrics_query(arguments: Mapping[str, str | None]) -> MetricsQuery:

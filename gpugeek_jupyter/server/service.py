@@ -370,19 +370,25 @@ class GpugeekService:
         self.registry.job(job_id)  # 404 naming the id
         return {"lineage": trace(job_id, self.registry).to_dict()}
 
-    def job_metrics(self, job_id: str, name: str | None = None) -> dict[str, Any]:
+    def job_metrics(self, job_id: str, name: str | None = None, points: int | None = None) -> dict[str, Any]:
         """The values the job's ranks logged with ``gg.log`` (``name``: that metric's only), as kept
-        with the job while it runs and after; a NaN or an infinity is ``null``.
+        with the job while it runs and after; a NaN or an infinity is ``null``. With ``points``, each
+        line (attempt, rank, metric) thinned for a chart to at most that many rows, line by line
+        (its first and last, each run's lowest and highest), read on from the previous such read.
 
         >>> service.job_metrics("job-3f2a9c7b", name="loss")  # doctest: +SKIP
         {'job': 'job-3f2a9c7b', 'status': 'running', 'names': ['loss'],
          'metrics': [{'attempt': 0, 'rank': 0, 'step': 0, 'time': 1764688000.1, 'name': 'loss', 'value': 2.3}, ...]}
         """
         from ..jobs.metrics import metrics_records
+        from ..jobs.metrics_thinning import thinned_records
 
         job = self.registry.job(job_id)
-        rows = metrics_records(job_id)
-        names = sorted({row["name"] for row in rows})
+        if points is None:
+            rows = metrics_records(job_id)
+            names = sorted({row["name"] for row in rows})
+        else:
+            names, rows = thinned_records(job_id, points)
         if name is not None:
             rows = [row for row in rows if row["name"] == name]
         return {"job": job.id, "status": job.status.value, "names": names, "metrics": rows}
@@ -441,16 +447,19 @@ class GpugeekService:
         with phrased_for(Surface.SERVER):
             return quota_status(self.registry, self.config)
 
-    def team(self, since: str | None, until: str | None, user: str | None, viewer: Any) -> dict[str, Any]:
-        """The team ledger's spend per user and GPU type, as ``team_report`` gives it to ``viewer``
-        (a hub admin: every user; anyone else: their own rows)."""
+    def team(
+        self, since: str | None, until: str | None, user: str | None, viewer: Any, by: str = "user"
+    ) -> dict[str, Any]:
+        """The team ledger's spend per user, hub group or pool (``by``), as ``team_report`` gives it to
+        ``viewer`` (a hub admin: every user; anyone else: their own rows)."""
         from ..cost.team import team_report
 
         with phrased_for(Surface.SERVER):
-            rows = team_report(since=since, until=until, user=user, viewer=viewer)
+            rows = team_report(since=since, until=until, user=user, by=by, viewer=viewer)
         return {
             "viewer": viewer.name,
             "admin": viewer.admin,
+            "by": by,
             "rows": rows,
             "total_usd": sum(float(r["usd"]) for r in rows),
         }

@@ -74,6 +74,23 @@ def test_a_spent_team_budget_and_a_spent_daily_quota_refuse_any_launch() -> None
     check_quota(cpu, "ada", Quota(max_gpus=1, usd_per_day=50), Usage(user_usd_today=10), team_budget=1000)
 
 
+def test_a_spent_monthly_quota_refuses_a_launch_naming_the_setting_that_set_it() -> None:
+    cpu = PoolSpec.create(gpu_type="cpu", count=1, name="small")
+    settings = config.GpugeekConfig(quota_usd_per_month=500.0, group_quotas={"lab": {"usd_per_month": 2000}})
+    quota = quota_for("ada", settings)
+    with pytest.raises(QuotaExceededError) as caught:
+        check_quota(cpu, "ada", quota, Usage(user_usd_today=3, user_usd_month=612.5), team_budget=0)
+    assert str(caught.value) == (
+        "'ada' has spent $612.50 this month (UTC), the monthly quota of $500.00 (GpugeekConfig.quota_usd_per_month); "
+        "no pool starts before the first of next month unless your admin raises it"
+    )
+    lab = quota_for("ada", settings, groups=["lab"])
+    check_quota(cpu, "ada", lab, Usage(user_usd_month=612.5), team_budget=0)
+    with pytest.raises(QuotaExceededError, match=r"monthly quota of \$2,000.00 \(GpugeekConfig.group_quotas\['lab'\]"):
+        check_quota(cpu, "ada", lab, Usage(user_usd_month=2000), team_budget=0)
+    assert Quota.from_dict(lab.to_dict()) == lab  # as the ledger service sends it
+
+
 def test_a_users_override_replaces_the_default_and_an_unknown_limit_is_named() -> None:
     settings = config.GpugeekConfig(quota_max_gpus=4, user_quotas={"ada": {"max_gpus": 16}})
     assert quota_for("ada", settings).max_gpus == 16 and quota_for("bob", settings).max_gpus == 4
@@ -186,6 +203,58 @@ def test_the_team_budget_counts_every_users_spend_and_the_report_names_each_user
     )
 
 
+def test_a_users_monthly_quota_counts_their_own_spend_this_month_in_the_ledger(
+    ledger: TeamLedger, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpugeek_jupyter
+
+    if time.time() - start_of_month(time.time()) < 2 * 3600:
+        pytest.skip("too early in the month for a 2-hour pool")
+    _another_users_pool(ledger, "ada", usd_per_hour=40.0, hours=2)  # ada's own $80 this month, elsewhere
+    _another_users_pool(ledger, "bob", usd_per_hour=400.0, hours=2)  # bob's does not count for her
+    monkeypatch.setenv("JUPYTERHUB_USER", "ada")
+    _configure(team_ledger_url=postgres_url, quota_usd_per_month=100.0, user_quotas={"ada": {"usd_per_month": 50}})
+    with pytest.raises(QuotaExceededError, match=r"'ada' has spent \$80.00 this month .*monthly quota of \$50.00 "):
+        gpugeek_jupyter.launch(gpu_type="cpu", count=1, name="refused")
+    assert ledger.open_pools("ada") == []
+    _configure(team_ledger_url=postgres_url, quota_usd_per_month=100.0)  # $80 of $100: she may launch
+    pool = gpugeek_jupyter.launch(gpu_type="cpu", count=1, name="allowed")
+    pool.stop()
+
+
+def test_a_running_pool_is_stopped_once_the_team_has_spent_its_monthly_budget(
+    ledger: TeamLedger, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpugeek_jupyter
+    from gpugeek_jupyter.cost import team
+    from gpugeek_jupyter.store import PoolStatus
+
+    if time.time() - start_of_month(time.time()) < 2 * 3600:
+        pytest.skip("too early in the month for a 2-hour pool of another user")
+    monkeypatch.setenv("JUPYTERHUB_USER", "ada")
+    monkeypatch.setattr(team, "TEAM_BUDGET_CHECK_S", 0.5)
+    _configure(team_ledger_url=postgres_url, team_budget_usd_per_month=50.0, heartbeat_seconds=0.5)
+    pool = gpugeek_jupyter.launch(gpu_type="cpu", count=1, name="running")  # $0 of $50 spent: it starts
+    try:
+        assert pool.record.status is PoolStatus.READY
+        _another_users_pool(ledger, "bob", usd_per_hour=40.0, hours=2)  # bob's $80 elsewhere, meanwhile
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and pool.record.status.is_live:
+            time.sleep(0.2)
+        record = pool.record
+        assert record.status is PoolStatus.STOPPED, record
+        assert record.reason == (
+            "pool 'running' was stopped: the team has spent $80.00 this month, its budget of $50.00 "
+            "(GpugeekConfig.team_budget_usd_per_month)"
+        )
+        events = [e["kind"] for e in runtime.get_pool_manager().registry.events(pool.id)]
+        assert "team-budget-stop" in events
+        assert ledger.open_pools("ada") == []  # its row closed with it
+    finally:
+        if pool.record.status.is_live:
+            pool.stop()
+
+
 def test_a_killed_owners_open_row_is_closed_at_the_users_next_check(
     ledger: TeamLedger, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -240,3 +309,38 @@ def test_a_hub_groups_quota_applies_to_its_members_and_the_refusal_names_the_gro
     assert quota_for("carol", settings, groups=["other"]).max_gpus == 8  # no group setting: the default
     with pytest.raises(Exception, match=r"GpugeekConfig.group_quotas\['x'\] has an unknown limit 'gpus'"):
         quota_for("bob", config.GpugeekConfig(group_quotas={"x": {"gpus": 1}}), groups=["x"])
+
+
+def test_without_a_ledger_spend_quotas_count_what_this_registrys_pools_cost_today_and_this_month(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugeek_jupyter.cost.team import usage_of
+    from gpugeek_jupyter.store import PoolStatus, Registry
+
+    from .conftest import add_ready_pool
+
+    now = time.time()
+    if now - start_of_month(now) < 600 or now % 86400 < 600:
+        pytest.skip("too early in the UTC day for a 5-minute pool")
+    at = [now - 300]  # the registry's clock: the pool is launched 5 minutes ago
+    registry = Registry(tmp_path / "gpugeek.sqlite", clock=lambda: at[0])
+    pool_id = add_ready_pool(registry, gpu_type="H100-80GB", count=4)
+    hourly = registry.pool_by_id(pool_id).prices["on_demand"] * 4
+    workers = [registry.open_worker_interval(pool_id, str(i), "on_demand", started_at=now - 300) for i in range(4)]
+    for interval in workers:
+        registry.close_worker_interval(interval, "stopped", stopped_at=now - 60)  # 4 minutes, ended
+    at[0] = now - 60
+    registry.set_pool_status(pool_id, PoolStatus.STOPPED)
+    at[0] = now
+    spent = hourly * 4 / 60
+    usage = usage_of("ada", registry, None)
+    assert (usage.gpus, usage.workers) == (0, 0)
+    assert usage.user_usd_today == pytest.approx(spent, rel=1e-3)
+    assert usage.user_usd_month == pytest.approx(spent, rel=1e-3)
+
+    monkeypatch.setenv("JUPYTERHUB_USER", "ada")
+    _configure(quota_usd_per_day=round(spent / 2, 2))
+    manager = runtime.create_pool_manager(registry)
+    with pytest.raises(QuotaExceededError, match=rf"'ada' has spent \${spent:,.2f} today \(UTC\), the daily quota"):
+        manager.launch(PoolSpec.create(gpu_type="cpu", count=1, name="refused"))
+    assert [r.name for r in registry.list_pools()] == ["h100"]  # nothing registered

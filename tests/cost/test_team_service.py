@@ -121,9 +121,10 @@ def test_a_user_writes_their_own_rows_only_and_reads_their_usage(service: Servic
     bob.send({**opening, "gpus": 0, "workers": 1, "usd_per_hour": 0.0, "started_at": time.time()})
     assert service.ledger.owner_of(key) == "alice" and service.ledger.open_pools("bob") == []
 
-    rows, today, month = alice.holdings("alice", time.time())
-    assert [(r.pool_key, r.workers) for r in rows] == [(key, 2)] and today > 0 and month >= today
-    assert bob.holdings("bob", time.time())[0] == []
+    held = alice.holdings("alice", time.time())
+    assert [(r.pool_key, r.workers) for r in held.open_rows] == [(key, 2)] and held.user_usd_today > 0
+    assert held.team_usd_month >= held.user_usd_month >= held.user_usd_today
+    assert bob.holdings("bob", time.time()).open_rows == []
     alice.record_end(key)
     assert service.ledger.open_pools("alice") == []
 
@@ -141,6 +142,11 @@ def test_the_report_is_every_users_for_a_hub_admin_and_the_callers_own_otherwise
     as_bob = ServiceLedger(service.url, Registry(tmp_path / "bob.sqlite"), token="bob-token")
     assert sorted(r["user"] for r in as_root.report(0.0)) == ["alice", "bob"]
     assert [r["user"] for r in as_bob.report(0.0)] == ["bob"]
+    # the service put each pool in its user's hub groups as the hub said them (bob: "small")
+    assert sorted((r["group"], r["users"]) for r in as_root.report(0.0, by="group")) == [("", 1), ("small", 1)]
+    assert sorted(r["pool"] for r in as_root.report(0.0, by="pool")) == ["alices", "bobs"]
+    with pytest.raises(Exception, match=r"\?by= must be one of user, group, pool, got 'team' \(e.g. \?by=group\)"):
+        as_root.report(0.0, by="team")
     with pytest.raises(Exception, match=r"only a hub admin sees another user's spend, not 'bob'"):
         as_bob.report(0.0, user="alice")
     assert as_bob.spend(0.0) > 0  # the team's total: what the budget check reads
@@ -218,7 +224,15 @@ def test_the_services_quotas_count_not_the_users_own_settings(
         ):
             _admit_by_service(manager, one_more, "alice", alice, users_own)
         assert alice.limits() == (
-            {"max_gpus": 0, "max_workers": 2, "backends": [], "gpu_types": [], "usd_per_day": 0.0, "sources": {}},
+            {
+                "max_gpus": 0,
+                "max_workers": 2,
+                "backends": [],
+                "gpu_types": [],
+                "usd_per_day": 0.0,
+                "usd_per_month": 0.0,
+                "sources": {},
+            },
             50.0,
         )
         # bob's hub group "small" gives him one worker, from the service's group_quotas

@@ -189,3 +189,74 @@ def test_gpugeek_cost_team_takes_no_pool_and_its_options_need_it(ledger: TeamLed
         UsageError, match=r"^--until goes with --team \(e.g. %gpugeek_cost --team --until 2026-11-30\)$"
     ):
         shell.run_line_magic("gpugeek_cost", "--all --until 2026-11-30")
+
+
+def _open(ledger: TeamLedger, n: int, user: str, rate: float, groups: tuple[str, ...], gpus: int = 1) -> None:
+    report = {
+        "key": f"host:/home/{user}/gpugeek.sqlite:{n}", "host": "host", "pool_name": f"{user}-{n}",
+        "backend": "local", "gpu_type": "A10G", "gpus": gpus, "workers": gpus, "usd_per_hour": rate,
+        "started_at": NOW - 2 * 3600,
+    }  # fmt: skip
+    ledger.open_row(user, report, groups)
+    ledger.record_end(str(report["key"]), NOW - 3600)
+
+
+def test_the_report_per_group_shares_a_pool_among_its_users_groups_and_per_pool_lists_each(tmp_path: Any) -> None:
+    ledger = TeamLedger(f"sqlite:///{tmp_path / 'team.sqlite'}")
+    config.set_config(config.GpugeekConfig(team_ledger_url=ledger.url))
+    try:
+        _open(ledger, 1, "ada", 6.0, ("ml", "research"))  # $6 shared: $3 to each group
+        _open(ledger, 2, "bob", 2.0, ("ml",))
+        _open(ledger, 3, "carol", 1.0, ())
+        admin = Viewer("root", admin=True)
+        by_group = team_report(since=SINCE, by="group", viewer=admin)
+        assert [
+            (r["group"], r["users"], r["pools"], round(r["usd"], 6), round(r["gpu_hours"], 6)) for r in by_group
+        ] == [
+            ("ml", 2, 2, 5.0, 1.5),
+            ("research", 1, 1, 3.0, 0.5),
+            ("", 1, 1, 1.0, 1.0),
+        ]
+        assert round(sum(r["usd"] for r in by_group), 6) == 9.0  # the groups add up to the team's spend
+        by_pool = team_report(since=SINCE, by="pool", viewer=admin)
+        assert [(r["user"], r["pool"], r["backend"], round(r["usd"], 6)) for r in by_pool] == [
+            ("ada", "ada-1", "local", 6.0),
+            ("bob", "bob-2", "local", 2.0),
+            ("carol", "carol-3", "local", 1.0),
+        ]
+        assert by_pool[0]["ended_at"] == pytest.approx(NOW - 3600)
+        assert [r["group"] for r in team_report(since=SINCE, by="group", viewer=Viewer("bob", admin=False))] == ["ml"]
+        with pytest.raises(SpecError) as caught:
+            team_report(by="team", viewer=admin)
+        assert str(caught.value) == "by must be one of user, group, pool, got 'team' (e.g. by='group')"
+        assert (
+            caught.value.phrase(Surface.MAGIC) == "--by must be one of user, group, pool, got 'team' (e.g. --by group)"
+        )
+    finally:
+        ledger.engine.dispose()
+        config.set_config(None)
+
+
+def test_gpugeek_cost_team_by_group_and_by_pool(tmp_path: Any, shell: InteractiveShell, capsys: Any) -> None:
+    ledger = TeamLedger(f"sqlite:///{tmp_path / 'team.sqlite'}")
+    config.set_config(config.GpugeekConfig(team_ledger_url=ledger.url))
+    try:
+        _open(ledger, 1, "ada", 6.0, ("ml", "research"))
+        _open(ledger, 2, "carol", 1.0, ())
+        since = _date(SINCE)
+        shell.run_line_magic("gpugeek_cost", f"--team --by group --since {since} -o team")
+        assert list(shell.user_ns["team"]["group"]) == ["ml", "research", ""]
+        out = capsys.readouterr().out
+        assert "(no group)" in out and f"team: USD 7.00 from {since} to now, 3 groups" in out
+        shell.run_line_magic("gpugeek_cost", f"--team --by pool --since {since} -o team")
+        assert list(shell.user_ns["team"]["pool"]) == ["ada-1", "carol-2"]
+        assert f"team: USD 7.00 from {since} to now, 2 pools" in capsys.readouterr().out
+        with pytest.raises(
+            UsageError, match=r"^--by must be one of user, group, pool, got 'teams' \(e.g. --by group\)$"
+        ):
+            shell.run_line_magic("gpugeek_cost", "--team --by teams")
+        with pytest.raises(UsageError, match=r"^--by goes with --team \(e.g. %gpugeek_cost --team --by group\)$"):
+            shell.run_line_magic("gpugeek_cost", "--all --by group")
+    finally:
+        ledger.engine.dispose()
+        config.set_config(None)

@@ -4,13 +4,16 @@ with this checkout on its path, and the team's ledger service, managed by the hu
 PostgreSQL (the users' servers get the service's URL, never the database's).
 
 Each user launches through their own server's REST API, as the side panel does, with a token of the
-hub's: each sees only their own pools; a launch past the worker quota, past a hub group's quota and
+hub's: each sees only their own pools; the owner's dashboard opens through her server's route and
+neither another user's login, nor his /proxy/<port>/ to any port of hers, nor her dashboard's socket
+reaches it; a launch past the GPU quota, past the worker quota, past a hub group's quota and
 past the team budget are refused with the limit named, the limits being the ledger service's (the
 admin's settings), not the looser ones the users' own settings say; the ledger holds both users' pools under
 their hub names; the team view is every user's for an admin and her own for a user; a user's token
 cannot close another's row at the service; a pool stopped while the service is stopped has its row
 closed once it is back; stopping a user's server stops their pool, closes its ledger row and
-removes their temporary folders.
+removes their temporary folders. Chromium, logged in to the hub, shows the service's quota line in
+a user's side panel.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -107,6 +111,12 @@ def environment() -> Path:
             timeout=300,
         )
         ready.write_text("ok")
+    built = REPO / "gpugeek_jupyter" / "labextension"  # the side panel, as `make setup` built it
+    labextensions = venv / "share" / "jupyter" / "labextensions"
+    labextensions.mkdir(parents=True, exist_ok=True)
+    link = labextensions / "gpugeek-jupyter"
+    if built.joinpath("package.json").exists() and not link.exists():
+        link.symlink_to(built)
     site = next((venv / "lib").glob("python3*/site-packages"))
     (site / "gpugeek_checkout.pth").write_text(f"{REPO}\n")
     enable = venv / "etc" / "jupyter" / "jupyter_server_config.d"
@@ -175,7 +185,12 @@ class Hub:
         try:
             with urllib.request.urlopen(request, timeout=120) as response:
                 text = response.read()
-                return response.status, json.loads(text) if text else None
+                if not text:
+                    return response.status, None
+                try:
+                    return response.status, json.loads(text)
+                except ValueError:  # a page, not JSON (the dashboard's)
+                    return response.status, text.decode(errors="replace")
         except urllib.error.HTTPError as e:
             text = e.read()
             try:
@@ -221,6 +236,7 @@ def hub(environment: Path, users: dict[str, int], ledger_url: str) -> Iterator[H
             {
                 "GpugeekConfig": {
                     "quota_max_workers": 2,
+                    "quota_max_gpus": 2,
                     "team_budget_usd_per_month": 1000.0,
                     "group_quotas": {"small": {"max_workers": 1}},
                 }
@@ -324,6 +340,83 @@ def _wait_until_ready(hub: Hub, user: str, name: str) -> None:
     raise AssertionError(f"{user}'s pool {name} did not become ready")
 
 
+def _listening_ports(uid: int) -> set[int]:
+    """The TCP ports that processes of ``uid`` listen on."""
+    import psutil
+
+    ports = set()
+    for process in psutil.process_iter(["uids"]):
+        try:
+            if process.info["uids"] is None or process.info["uids"].real != uid:
+                continue
+            for connection in process.net_connections(kind="tcp"):
+                if connection.status == psutil.CONN_LISTEN:
+                    ports.add(int(connection.laddr.port))
+        except psutil.Error:
+            continue  # a process that ended meanwhile
+    return ports
+
+
+def _dashboards_reach_their_owner_only(hub: Hub, alice: str, bob: str) -> None:
+    """alice's dashboard through her own server's route (the hub login in front); not for bob's login,
+    not through bob's /proxy/<port>/ to any port alice's processes listen on, not by her socket."""
+    status, page = hub.call("GET", f"/user/{alice}/gpugeek/pools/alice-1/dashboard/status")
+    assert status == 200 and "Dask" in str(page), (status, str(page)[:300])
+    status, made = hub.call("POST", f"/hub/api/users/{bob}/tokens", {"note": "his own"})
+    assert status == 201, (status, made)
+    as_bob = Hub(hub.url, made["token"])
+    status, _ = as_bob.call("GET", f"/user/{alice}/gpugeek/pools/alice-1/dashboard/status")
+    assert status == 403, status
+    # bob's /proxy/<port>/ does reach loopback ports: the hub's own API through it answers him
+    hub_port = int(hub.url.rsplit(":", 1)[1])
+    status, body = as_bob.call("GET", f"/user/{bob}/proxy/{hub_port}/hub/api/")
+    assert status == 200 and "version" in body, (status, body)
+    alice_uid = pwd.getpwnam(alice).pw_uid
+    ports = _listening_ports(alice_uid)
+    assert ports, "alice's server and pool listen on no TCP port?"
+    for port in sorted(ports):
+        status, page = as_bob.call("GET", f"/user/{bob}/proxy/{port}/status")
+        assert status != 200 or "Dask" not in str(page), (port, status, str(page)[:300])
+    [path] = list(Path(pwd.getpwnam(alice).pw_dir).rglob("*.sock"))
+    tried = subprocess.run(
+        ["runuser", "-u", bob, "--", SYSTEM_PYTHON, "-c",
+         "import socket\nclient = socket.socket(socket.AF_UNIX)\ntry:\n"
+         f"    client.connect({str(path)!r})\n    print('connected')\n"
+         "except OSError as e:\n    print(type(e).__name__)\n"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert tried.stdout.strip() == "PermissionError", (tried.stdout, tried.stderr)
+
+
+def test_the_side_panel_through_the_hub_shows_the_services_quota_line(
+    hub: Hub, page: Any, screenshot_on_failure: None
+) -> None:
+    """Chromium logs in to the hub as bob and opens his JupyterLab: the panel's quota line is the
+    service's (his group's one worker, the admin's two GPUs and the team budget), not the hundred
+    workers his own settings say."""
+    from support.panel import PANEL, READY_TIMEOUT_MS, TAB, expect
+
+    if not (REPO / "gpugeek_jupyter" / "labextension" / "package.json").exists():
+        pytest.skip("the labextension is not built (make setup builds it)")
+    bob = USERS[1]
+    page.goto(f"{hub.url}/hub/login")
+    page.locator('input[name="username"]').fill(bob)
+    page.locator('input[name="password"]').fill("any")  # the hub's dummy authenticator
+    page.locator('input[type="submit"], button[type="submit"]').first.click()
+    page.wait_for_load_state()
+    page.goto(f"{hub.url}/user/{bob}/lab")
+    page.locator(TAB).wait_for(timeout=READY_TIMEOUT_MS)
+    page.locator("#jupyterlab-splash").wait_for(state="detached")
+    panel = page.locator(PANEL)
+    if not panel.is_visible():
+        page.locator(TAB).click()
+    quota = panel.locator(".gpugeek-panel-header .gpugeek-quota")
+    expect(quota).to_have_text(
+        re.compile(r"^quota 0/2 GPUs · 0/1 workers · team \$[0-9.,]+ of \$1000\.00 this month$"),
+        timeout=READY_TIMEOUT_MS,
+    )
+
+
 def test_two_users_quotas_team_budget_and_ledger_on_a_real_jupyterhub(
     hub: Hub, users: dict[str, int], ledger_url: str
 ) -> None:
@@ -342,6 +435,15 @@ def test_two_users_quotas_team_budget_and_ledger_on_a_real_jupyterhub(
     _wait_until_ready(hub, alice, "alice-1")
     _wait_until_ready(hub, bob, "bob-1")
     assert _pools(hub, alice) == ["alice-1"] and _pools(hub, bob) == ["bob-1"]  # each sees their own only
+    # GPUs: a pool on a GPU cluster by address, past the service's two-GPU quota, refused before anything
+    gpus = {"backend": "address", "address": "tcp://127.0.0.1:9", "gpu_type": "A100-80GB", "count": 4}
+    status, body = hub.call("POST", f"/user/{alice}/gpugeek/pools", {**gpus, "name": "alice-gpus"})
+    assert status == 403, (status, body)
+    assert body["message"] == (
+        f'"count": 4 would give "{alice}" 4 GPUs at once, past the quota of 2 '
+        "(GpugeekConfig.quota_max_gpus; 0 held now); stop one of your pools or ask your admin"
+    )
+    _dashboards_reach_their_owner_only(hub, alice, bob)
     # bob is in the hub's group "small", whose quota is one worker; alice, in no group, may hold two
     status, body = hub.call("POST", f"/user/{bob}/gpugeek/pools", {**launch, "name": "bob-extra"})
     assert status == 403, (status, body)
@@ -357,33 +459,9 @@ def test_two_users_quotas_team_budget_and_ledger_on_a_real_jupyterhub(
         (alice, "alice-1"),
         (bob, "bob-1"),
     }
-    from sqlalchemy import insert
-
-    now = time.time()
-    with ledger.engine.begin() as db:  # someone else of the team spent the budget this month
-        db.execute(
-            insert(POOLS).values(
-                pool_key="elsewhere:1", user_name="carol", host="elsewhere", pool_name="big", backend="slurm",
-                gpu_type="H100-80GB", gpus=8, workers=8, usd_per_hour=10_000_000.0, started_at=now - 1, ended_at=now,
-            )
-        )  # fmt: skip
-    status, body = hub.call("POST", f"/user/{alice}/gpugeek/pools", {**launch, "name": "alice-3"})  # within her quota
-    assert status == 403 and "(GpugeekConfig.team_budget_usd_per_month)" in body["message"], (status, body)
-    assert body["message"].startswith("the team has spent $")
-
-    # the team's spend: this service's token holds the hub's admin:users, so it sees every user; alice,
-    # no hub admin, sees her own row on her own server and may not ask for bob's
-    status, body = hub.call("GET", f"/user/{alice}/gpugeek/team")
-    assert status == 200 and body["admin"] is True, (status, body)
-    assert {r["user"] for r in body["rows"]} == {alice, bob, "carol"}
     status, made = hub.call("POST", f"/hub/api/users/{alice}/tokens", {"note": "her own"})
     assert status == 201, (status, made)
     as_alice = Hub(hub.url, made["token"])
-    status, body = as_alice.call("GET", f"/user/{alice}/gpugeek/team")
-    assert status == 200 and (body["viewer"], body["admin"]) == (alice, False), (status, body)
-    assert [(r["user"], r["pools"]) for r in body["rows"]] == [(alice, 1)]
-    status, body = as_alice.call("GET", f"/user/{alice}/gpugeek/team?user={bob}")
-    assert status == 403 and body["message"].startswith(f'"user": "{bob}": only a hub admin sees'), (status, body)
 
     # a user cannot write another's rows: alice's own token, straight to the service, closing bob's pool
     [bob_row] = ledger.open_pools(bob)
@@ -419,6 +497,40 @@ def test_two_users_quotas_team_budget_and_ledger_on_a_real_jupyterhub(
     assert ledger.open_pools(bob) == []
     ended = [r for r in ledger.report(0.0, user=bob)]
     assert [(r["user"], r["pools"]) for r in ended] == [(bob, 1)]  # the one row, closed: nothing lost
+
+    # the team budget last: it also stops running pools (within TEAM_BUDGET_CHECK_S), and bob's had
+    # to run until here
+    from sqlalchemy import insert
+
+    now = time.time()
+    with ledger.engine.begin() as db:  # someone else of the team spent the budget this month
+        db.execute(
+            insert(POOLS).values(
+                pool_key="elsewhere:1", user_name="carol", host="elsewhere", pool_name="big", backend="slurm",
+                gpu_type="H100-80GB", gpus=8, workers=8, usd_per_hour=10_000_000.0, started_at=now - 1, ended_at=now,
+            )
+        )  # fmt: skip
+    status, body = hub.call("POST", f"/user/{alice}/gpugeek/pools", {**launch, "name": "alice-3"})  # within her quota
+    assert status == 403 and "(GpugeekConfig.team_budget_usd_per_month)" in body["message"], (status, body)
+    assert body["message"].startswith("the team has spent $")
+
+    # the team's spend: this service's token holds the hub's admin:users, so it sees every user; alice,
+    # no hub admin, sees her own row on her own server and may not ask for bob's
+    status, body = hub.call("GET", f"/user/{alice}/gpugeek/team")
+    assert status == 200 and body["admin"] is True, (status, body)
+    assert {r["user"] for r in body["rows"]} == {alice, bob, "carol"}
+    status, body = hub.call("GET", f"/user/{alice}/gpugeek/team?by=group")  # the groups as the hub said them
+    assert status == 200, (status, body)
+    assert {(r["group"], r["gpu_type"], r["users"]) for r in body["rows"]} == {
+        ("small", "cpu", 1),  # bob's
+        ("", "cpu", 1),  # alice's, in no group
+        ("", "H100-80GB", 1),  # carol's, written straight into the ledger
+    }, body
+    status, body = as_alice.call("GET", f"/user/{alice}/gpugeek/team")
+    assert status == 200 and (body["viewer"], body["admin"]) == (alice, False), (status, body)
+    assert [(r["user"], r["pools"]) for r in body["rows"]] == [(alice, 1)]
+    status, body = as_alice.call("GET", f"/user/{alice}/gpugeek/team?user={bob}")
+    assert status == 403 and body["message"].startswith(f'"user": "{bob}": only a hub admin sees'), (status, body)
 
     scratch = Path(tempfile.gettempdir()) / f"gpugeek-jobs-{users[alice]}"
     assert scratch.is_dir()

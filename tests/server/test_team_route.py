@@ -53,6 +53,11 @@ async def test_the_team_route_answers_the_spend_per_user_and_one_users_rows(api:
     assert round(body["total_usd"], 6) == 4.25
     status, body = await api("GET", "team", params={"since": since, "user": "bob"})
     assert status == 200 and [r["user"] for r in body["rows"]] == ["bob"], body
+    status, body = await api("GET", "team", params={"since": since, "by": "pool"})
+    assert status == 200 and body["by"] == "pool", body
+    assert [(r["user"], r["pool"], r["host"]) for r in body["rows"]] == [("ada", "p", "host"), ("bob", "p", "host")]
+    status, body = await api("GET", "team", params={"since": since, "by": "group"})
+    assert [(r["group"], r["users"], round(r["usd"], 6)) for r in body["rows"]] == [("", 2, 4.25)], body
 
 
 async def test_bad_query_values_are_one_line_in_json_terms(api: Fetch) -> None:
@@ -61,6 +66,9 @@ async def test_bad_query_values_are_one_line_in_json_terms(api: Fetch) -> None:
     assert body["message"].startswith('"since" "May 1" is not a date (e.g. "since": "2026-11-01"')
     status, body = await api("GET", "team", params={"until": "later"})
     assert status == 400 and body["message"].startswith('"until" must be an ISO date or date-time'), body
+    status, body = await api("GET", "team", params={"by": "team"})
+    assert (status, body["field"]) == (400, "by"), body
+    assert body["message"] == '"by" must be one of user, group, pool, got "team" (e.g. "by": "group")'
     status, body = await api("GET", "team", params={"who": "ada"})
     assert status == 400 and body["message"].startswith('unknown query parameter "who" for GET /gpugeek/team'), body
 
