@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ..interrupts import release_import_lock_left_by_interrupt
+
 # (module, class) of every Magics class this extension registers
 _MAGIC_CLASSES: list[tuple[str, str]] = [
     ("gpugeek_jupyter.magics.doctor", "DoctorMagics"),  # first: usable even if a later class fails to load
@@ -35,6 +37,16 @@ def register_magics(ipython: Any) -> None:
     # after, before Python's atexit handlers would run. Stopping the pools here records them as
     # stopped (not lost) and ends their workers while the kernel can still say so.
     ipython.observe(_stop_pools_when_the_kernel_exits, names="exit_now")
+    if _after_every_cell not in ipython.events.callbacks["post_run_cell"]:
+        ipython.events.register("post_run_cell", _after_every_cell)
+
+
+def _after_every_cell(result: Any) -> None:
+    """An interrupt that landed inside an import (any cell's, the user's own included) can leave the
+    import lock held, even when the cell went on as if not interrupted; this package's threads (the
+    forkserver's warm-up, job watchers, dask's event loop) would wait for ever at their next import.
+    Give it back after every cell (about a microsecond when nothing is held)."""
+    release_import_lock_left_by_interrupt()
 
 
 def _stop_pools_when_the_kernel_exits(change: Any) -> None:
@@ -46,6 +58,8 @@ def _stop_pools_when_the_kernel_exits(change: Any) -> None:
 
 def unregister_magics(ipython: Any) -> None:
     ipython.unobserve(_stop_pools_when_the_kernel_exits, names="exit_now")
+    if _after_every_cell in ipython.events.callbacks["post_run_cell"]:
+        ipython.events.unregister("post_run_cell", _after_every_cell)
     registry = ipython.magics_manager.registry
     for _module_name, class_name in _MAGIC_CLASSES:
         registry.pop(class_name, None)

@@ -17,7 +17,7 @@ from ..pools import PoolLifecyclePlugin, PoolManager
 from ..runtime import get_pool_manager, list_pools
 from ..spec import LAUNCH_FIELDS, PoolSpec
 from ..store import RECENT_WINDOW_SECONDS, PoolRecord
-from ._common import chosen_pool, kernel_owner, magic_message, parse_options, pool_arguments, usage_errors
+from ._common import chosen_pool, kernel_owner, local_time, magic_message, parse_options, pool_arguments, usage_errors
 
 
 def recent_pools() -> list[PoolRecord]:
@@ -46,6 +46,21 @@ def launch_field_arguments(function: Any) -> Any:
             options["metavar"] = field.metavar
         function = argument(field.flag, help=help, **options)(function)
     return function
+
+
+class LaunchInterrupted(KeyboardInterrupt):
+    """``%gpugeek_launch`` interrupted: still an interrupt (a notebook run stops there), shown as
+    one line, since the launch's own clean-up left nothing of the pool behind; the traceback through
+    dask's start says nothing more."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"launch of pool {name!r} interrupted: nothing of it is left running and the name is free "
+            f"(run the same %gpugeek_launch to start it)"
+        )
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
 
 
 class PoolCardUpdater(PoolLifecyclePlugin):
@@ -93,7 +108,6 @@ def autoscale_details(records: list[Any]) -> dict[int, dict[str, str]]:
 
 def pool_table(records: list[Any], detail: bool = False) -> Any:
     """A pandas DataFrame with one row per pool record; ``detail``: with its autoscaling's columns."""
-    import datetime as dt
 
     import pandas as pd
 
@@ -104,7 +118,7 @@ def pool_table(records: list[Any], detail: bool = False) -> Any:
             "backend": r.backend,
             "gpus": f"{r.count} x {r.gpu_type}",
             "owner": r.owner,
-            "created": dt.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+            "created": local_time(r.created_at),
             "dashboard": (browser_link(r.dashboard_link) or "") if r.status.is_live else "",
             "reason": r.reason or "",
         }
@@ -203,8 +217,12 @@ class PoolMagics(Magics):
             else:
                 pool = manager.launch(spec, on_progress=card.set_progress if card else None)
         except BaseException as e:
+            interrupted = isinstance(e, KeyboardInterrupt)
             if card is not None:
-                card.set_status("failed", magic_message(e).splitlines()[0] if str(e) else type(e).__name__)
+                why = magic_message(e).splitlines()[0] if str(e) else type(e).__name__
+                card.set_status("failed", "interrupted" if interrupted else why)
+            if interrupted and not keep:  # a kept pool's launch goes on in the agent: not said to be over
+                raise LaunchInterrupted(spec.name) from None
             raise
         if card is not None:
             from ..widgets.cost_meter import CostMeter

@@ -15,7 +15,7 @@ the nanny then applies each pool's worker environment.
 
 The method is process-wide dask configuration (dask reads it again at each worker restart), so
 other dask clusters this process makes with nannies use the same server; their workers gain the
-same speed-up.
+same speed-up, and ignore the notebook's interrupt as pool workers do.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ _warming: threading.Thread | None = None
 
 def forkserver_preload(preload_torch: bool) -> list[str]:
     """The modules the forkserver imports before it forks any worker, a notebook's interrupt ignored
-    meanwhile (:mod:`gpugeek_jupyter._preload_interrupts_ignored`)."""
+    from the first (:mod:`gpugeek_jupyter._preload_interrupts_ignored`) on, in the server and in every
+    worker it forks."""
     modules = [
         "gpugeek_jupyter._preload_interrupts_ignored",
         "distributed",
@@ -44,7 +45,7 @@ def forkserver_preload(preload_torch: bool) -> list[str]:
     ]
     if preload_torch:
         modules += list(_TORCH_MODULES)
-    return [*modules, "gpugeek_jupyter._preload_interrupts_restored"]
+    return modules
 
 
 def use_forkserver(preload_torch: bool = True) -> None:
@@ -54,10 +55,18 @@ def use_forkserver(preload_torch: bool = True) -> None:
         if _configured:
             return
         import dask
-        from distributed.utils import get_mp_context
+        import distributed.utils
 
         dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
-        context = get_mp_context()  # dask's own preload list is set on first use; ours replaces it
+        if getattr(distributed.utils, "_forkserver_preload_set", None) is False:
+            # dask sets its own preload list at its first get_mp_context(), importing pandas and every
+            # other optional package for it; ours replaces that list, so dask is told it is set. Pandas
+            # imported here, in the warm-up thread between two cells, would find no get_ipython() and
+            # take the kernel for a terminal: DataFrames' text cut to the width of one
+            distributed.utils._forkserver_preload_set = True
+            context = multiprocessing.get_context("forkserver")
+        else:  # dask's list already set, or a dask without that flag: ours replaces it
+            context = distributed.utils.get_mp_context()
         context.set_forkserver_preload(forkserver_preload(preload_torch))
         _configured = True
 

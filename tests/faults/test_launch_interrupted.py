@@ -70,3 +70,30 @@ def test_an_interrupt_inside_a_launch_leaves_the_row_failed_no_workers_and_the_n
         assert manager.registry.latest_pool("cut").status is PoolStatus.READY
     finally:
         pool.stop()
+
+
+def test_a_launch_runs_with_interrupts_kept_out_of_the_import_machinery(
+    manager: PoolManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launch imports lazily while dask's and the warm-up's threads import: its interrupts go
+    through :func:`~gpugeek_jupyter.interrupts.interrupts_outside_imports` (tests/faults/
+    test_interrupts_inside_imports.py shows what that prevents), and only while it runs."""
+    import signal
+
+    from gpugeek_jupyter import interrupts
+
+    seen: list[Any] = []
+    real = manager._sync_workers
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(signal.getsignal(signal.SIGINT))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(manager, "_sync_workers", recording)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    pool = manager.launch(PoolSpec.create(gpu_type="cpu", count=1, name="guarded"))
+    try:
+        assert seen == [interrupts._interrupt_outside_imports]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        pool.stop()

@@ -44,7 +44,14 @@ def test_an_interrupt_at_any_instant_of_a_launch_leaves_no_pool_behind(tmp_path:
             msg_id = kernel.execute(LAUNCH)
             time.sleep(delay)
             kernel.manager.interrupt_kernel()
-            kernel.collect(msg_id, timeout=120)
+            result = kernel.collect(msg_id, timeout=120)
+            if result.error is not None and result.error["ename"] == "LaunchInterrupted":  # inside the launch
+                assert result.error["traceback"] == [
+                    "LaunchInterrupted: launch of pool 'cut' interrupted: nothing of it is left running and the "
+                    "name is free (run the same %gpugeek_launch to start it)"
+                ], result.error
+            elif result.error is not None:  # before the launch began (the registry's checks)
+                assert result.error["ename"] == "KeyboardInterrupt", result.error
             statuses = _rows(registry)
             assert "starting" not in statuses, (delay, statuses)
             if statuses and statuses[-1] == "ready":  # the launch had finished: stop it for the next try

@@ -86,6 +86,9 @@ def test_python_surface_matches_the_magics(kernel: KernelSession) -> None:
 def test_invalid_option_is_one_line_usage_error_and_creates_nothing(
     kernel: KernelSession, isolated_registry: Path, line: str
 ) -> None:
+    # the forkserver's warm-up (from %load_ext) forks a probe of its own: done before counting
+    warmed = kernel.run("from gpugeek_jupyter.pools.worker_origin import warm_up\nwarm_up().join(120)", timeout=150)
+    assert warmed.error is None, warmed.text
     children_before = {p.pid for p in psutil.Process(kernel.pid).children(recursive=True)}
     result = kernel.run(line)
     assert result.error is None, f"a traceback reached the user: {result.error}"
