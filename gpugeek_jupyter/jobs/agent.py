@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
+from ..interrupts import outside_imports
 from ..pools.versions import pool_software
 from ..store import JobStatus
 from . import rank as rank_side
@@ -88,6 +89,7 @@ class JobAgent:
         )
 
     # -- public --------------------------------------------------------------------------------
+    @outside_imports  # the first job imports lazily while dask's threads import
     def run(
         self,
         request: JobRequest,
@@ -339,22 +341,23 @@ class JobAgent:
         blob = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)  # plain data; names are cloudpickled inside
         chosen = set(request.ranks) if request.ranks is not None else None
         launched = [s.address for s in group.layout.slots if chosen is None or s.rank in chosen]
-        hosts = {slot.rank: slot.host for slot in group.layout.slots if slot.address in set(launched)}
-        plan = AttemptPlan(job_id, job.launch, group, launched, deadline, request.timeout)
-        workers = {slot.rank: slot.address for slot in group.layout.slots if slot.rank in hosts}
-        tell = on_notice or log.info
-
-        def say_slow(line: str) -> None:
-            tell(line)
-            record.note("slow_rank", line)  # the panel's job view and the monitor show it too
-
-        slow_ranks = SlowRanks(job_id, hosts, say_slow, workers, self._telemetry)
-        sinks = AttemptSinks(logs, on_output, on_progress, slow_ranks, on_lineage=record.lineage)
-        watch = AttemptWatch(self.transport, self.roster, plan, events, sinks)
+        plan = AttemptPlan(job_id, job.launch, group, launched, deadline, request.timeout, started_at=time.time())
+        self.transport.report_exits()  # the nannies say how a worker ended (asked once per pool)
+        interrupted = False
         try:
             self.transport.launch(events, launched, rank_side.run_rank, blob)
             record.started(len(launched))
         except KeyboardInterrupt:
+            interrupted = True
+        # the watch is made while the ranks run (what they send meanwhile waits on ``events``); an
+        # interrupt while it is made is taken as one: the ranks started, so a watch must stop them
+        while True:
+            try:
+                watch = self._watch(plan, events, logs, on_output, on_progress, on_notice, record)
+                break
+            except KeyboardInterrupt:
+                interrupted = True
+        if interrupted:
             watch.interrupt()
         watch.wait()
         attempt = watch.outcome()
@@ -369,6 +372,31 @@ class JobAgent:
         if request.kind == "script":  # fresh processes for the next job, as torchrun starts them per run
             self.roster.restart(set(group.layout.addresses) - watch.gone, "a script ran in them")
         return attempt
+
+    def _watch(
+        self,
+        plan: AttemptPlan,
+        events: Events,
+        logs: JobLogs,
+        on_output: OutputCallback,
+        on_progress: ProgressCallback | None,
+        on_notice: NoticeCallback | None,
+        record: JobRecord,
+    ) -> AttemptWatch:
+        """The watch of a launched attempt, with where what its ranks send goes."""
+        launched = set(plan.launched)
+        slots = [slot for slot in plan.group.layout.slots if slot.address in launched]
+        hosts = {slot.rank: slot.host for slot in slots}
+        workers = {slot.rank: slot.address for slot in slots}
+        tell = on_notice or log.info
+
+        def say_slow(line: str) -> None:
+            tell(line)
+            record.note("slow_rank", line)  # the panel's job view and the monitor show it too
+
+        slow_ranks = SlowRanks(plan.job_id, hosts, say_slow, workers, self._telemetry)
+        sinks = AttemptSinks(logs, on_output, on_progress, slow_ranks, on_lineage=record.lineage)
+        return AttemptWatch(self.transport, self.roster, plan, events, sinks)
 
     def _took_names(self, shipment: Shipment, ok: bool, answers: Iterable[Any], on_notice: NoticeCallback) -> None:
         """Record what the ranks hold now; say which of their own names the notebook's replaced."""

@@ -11,6 +11,7 @@ sent back from the ranks. Pure functions: the notebook side and the ranks both u
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import tokenize
 
@@ -29,8 +30,10 @@ def ends_with_semicolon(source: str) -> bool:
     return last is not None and last.type == tokenize.OP and last.string == ";"
 
 
+@functools.lru_cache(maxsize=64)
 def shows_value(source: str) -> bool:
-    """Whether the cell ends with an expression whose value IPython would show."""
+    """Whether the cell ends with an expression whose value IPython would show (cached: cells
+    are run again as they are)."""
     try:
         body = ast.parse(source).body
     except SyntaxError:

@@ -7,6 +7,10 @@ import json
 from typing import Any
 
 DISPLAY_STREAM = "display"
+# a widget a rank displays: {"root": model id, "state": ipywidgets' embed state of it and its parts}
+WIDGET_MIME = "application/vnd.gpugeek.rank-widget+json"
+# a change of such a widget: {"model_id", "state", "buffers", "new": embed state of parts it now holds}
+WIDGET_UPDATE_MIME = "application/vnd.gpugeek.rank-widget-update+json"
 
 
 def read_bundles(text: str) -> list[dict[str, Any]]:
@@ -24,5 +28,6 @@ def read_bundles(text: str) -> list[dict[str, Any]]:
 
 
 def plain_text(text: str) -> str:
-    """A chunk of the display stream as a terminal shows it: each bundle's text/plain, a line each."""
-    return "".join(f"{b.get('text/plain', '')}\n" for b in read_bundles(text))
+    """A chunk of the display stream as a terminal shows it: each bundle's text/plain, a line each
+    (a widget's change has none: nothing)."""
+    return "".join(f"{b['text/plain']}\n" for b in read_bundles(text) if "text/plain" in b)

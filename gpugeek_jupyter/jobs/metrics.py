@@ -113,13 +113,33 @@ def read_rows(directory: Path) -> Iterator[tuple[int, int, int, float, str, floa
         for line in file:
             if not line.endswith("\n"):
                 break
-            try:
-                batch = json.loads(line)
-                attempt, rank = int(batch["attempt"]), int(batch["rank"])
-                for step, at, name, value in batch["rows"]:
-                    yield attempt, rank, int(step), float(at), str(name), float(value)
-            except (ValueError, KeyError, TypeError) as e:
-                log.warning("%s: a line of metrics cannot be read and is left out: %s", directory / METRICS_FILE, e)
+            yield from batch_rows(line, directory / METRICS_FILE)
+
+
+def batch_rows(line: str, path: Path) -> list[tuple[int, int, int, float, str, float]]:
+    """The ``(attempt, rank, step, time, name, value)`` rows of one line of ``path`` (one batch); a
+    line that cannot be read is left out, with a warning naming ``path``."""
+    try:
+        batch = json.loads(line)
+        attempt, rank = int(batch["attempt"]), int(batch["rank"])
+        return [
+            (attempt, rank, int(step), float(at), str(name), float(value)) for step, at, name, value in batch["rows"]
+        ]
+    except (ValueError, KeyError, TypeError) as e:
+        log.warning("%s: a line of metrics cannot be read and is left out: %s", path, e)
+        return []
+
+
+def metric_record(attempt: int, rank: int, step: int, at: float, name: str, value: float) -> dict[str, Any]:
+    """One row as REST gives it (a NaN or an infinity is ``None``)."""
+    return {
+        "attempt": attempt,
+        "rank": rank,
+        "step": step,
+        "time": at,
+        "name": name,
+        "value": value if math.isfinite(value) else None,
+    }
 
 
 def metrics_frame(job_id: str) -> pandas.DataFrame:
@@ -136,15 +156,4 @@ def metrics_frame(job_id: str) -> pandas.DataFrame:
 
 def metrics_records(job_id: str, name: str | None = None) -> list[dict[str, Any]]:
     """The same rows as JSON-ready dicts (a NaN or an infinity is ``None``), for REST."""
-    return [
-        {
-            "attempt": attempt,
-            "rank": rank,
-            "step": step,
-            "time": at,
-            "name": n,
-            "value": v if math.isfinite(v) else None,
-        }
-        for attempt, rank, step, at, n, v in read_rows(logs_root() / job_id)
-        if name is None or n == name
-    ]
+    return [metric_record(*row) for row in read_rows(logs_root() / job_id) if name is None or row[4] == name]

@@ -33,6 +33,7 @@ import logging
 import os
 import pickle
 import queue
+import stat
 import sys
 import tempfile
 import threading
@@ -585,18 +586,30 @@ def _ensure_group(job: RankJob, device: Any) -> None:
 
 def _private_dir(path: str) -> bool:
     """Make ``path`` a folder of this user's, 0700 (made, or narrowed when it is ours); False when
-    it exists and belongs to someone else (then it is not used)."""
+    it exists and belongs to someone else (then it is not used). A folder found private before
+    costs one ``lstat`` (each job asks): it must still be that same folder, ours and 0700."""
+    known = _private_dirs.get(path)
+    if known is not None:
+        with contextlib.suppress(OSError):
+            info = os.lstat(path)
+            if (info.st_dev, info.st_ino, info.st_uid, info.st_mode) == known:
+                return True
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
         info = os.lstat(path)
-        if info.st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
+        if info.st_uid != os.getuid() or not stat.S_ISDIR(info.st_mode):  # a link is not a folder to lstat
             return False
         if info.st_mode & 0o077:
             os.chmod(path, 0o700)
+            info = os.lstat(path)
+        _private_dirs[path] = (info.st_dev, info.st_ino, info.st_uid, info.st_mode)
         return True
     except OSError as e:
         log.info("could not make %s private: %s", path, e)
         return False
+
+
+_private_dirs: dict[str, tuple[int, int, int, int]] = {}  # path -> what lstat said once it was private
 
 
 @functools.cache
@@ -727,6 +740,19 @@ def compile_cell(source: str, filename: str) -> tuple[types.CodeType, types.Code
     """
     import ast
 
+    tree, last = _split_cell(source, filename)
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT  # `await x` in a cell, as in IPython
+    body = compile(tree, filename, "exec", flags=flags)
+    return body, (compile(last, filename, "eval", flags=flags) if last is not None else None)
+
+
+@functools.lru_cache(maxsize=64)
+def _split_cell(source: str, filename: str) -> tuple[Any, Any]:
+    """The cell's syntax tree without its shown last expression, and that expression (``None``
+    when the cell shows nothing): parsed once per source, as a cell is usually run again as it
+    is. ``compile`` reads a tree without changing it, so each run still gets code objects of its own."""
+    import ast
+
     from .cell_source import ends_with_semicolon
 
     tree = ast.parse(source, filename=filename)
@@ -734,9 +760,7 @@ def compile_cell(source: str, filename: str) -> tuple[types.CodeType, types.Code
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not ends_with_semicolon(source):
         last = ast.Expression(tree.body[-1].value)
         tree.body.pop()
-    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT  # `await x` in a cell, as in IPython
-    body = compile(tree, filename, "exec", flags=flags)
-    return body, (compile(last, filename, "eval", flags=flags) if last is not None else None)
+    return tree, last
 
 
 def to_cpu(value: Any, torch: Any) -> Any:
@@ -796,5 +820,15 @@ def _exit_status(e: SystemExit) -> int:
 
 
 def _register_sources(sources: dict[str, str]) -> None:
+    """Give tracebacks the cell's lines (and those of notebook functions it calls); a source
+    already there as it is now is left alone (each run of a cell registers it again)."""
     for filename, text in sources.items():
-        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+        ours = _registered.get(filename)
+        if ours is not None and ours[0] == text and linecache.cache.get(filename) is ours[1]:
+            continue
+        entry = (len(text), None, text.splitlines(True), filename)
+        linecache.cache[filename] = entry
+        _registered[filename] = (text, entry)
+
+
+_registered: dict[str, tuple[str, tuple[Any, ...]]] = {}  # filename -> the text and the linecache entry made of it

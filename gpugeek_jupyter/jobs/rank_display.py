@@ -5,7 +5,8 @@ On a rank, ``display`` is a rank name (like ``rank``): it makes each object's MI
 IPython does, from the object's ``_repr_mimebundle_`` or its ``_repr_html_``, ``_repr_png_``, ...
 methods (pandas frames, ``IPython.display.HTML``/``Markdown``/``Image``, anything with them), and
 sends it on the rank's output as one line of the :data:`DISPLAY_STREAM` stream. The notebook shows
-it as display data under a ``[rank N]`` label; a terminal shows its ``text/plain``. matplotlib on a
+it as display data under a ``[rank N]`` label; a terminal shows its ``text/plain``. An ipywidgets
+widget goes as its state, and its changes follow (:mod:`.rank_widgets`). matplotlib on a
 rank uses :mod:`.rank_mpl` as its backend (``MPLBACKEND``), so ``plt.show()`` sends each open figure as
 a PNG and closes it, as the notebook's inline backend does.
 
@@ -22,6 +23,7 @@ import sys
 from typing import Any
 
 from .display_stream import DISPLAY_STREAM
+from .rank_widgets import is_widget, widget_bundle
 
 BACKEND = "module://gpugeek_jupyter.jobs.rank_mpl"  # matplotlib's backend on the ranks
 
@@ -40,6 +42,8 @@ _BINARY = {"image/png", "image/jpeg"}
 def bundle_of(obj: Any) -> dict[str, Any]:
     """``obj``'s MIME bundle, as IPython's display formatter makes it (text/plain always)."""
     data: dict[str, Any] = {}
+    if is_widget(obj):  # its state, for the notebook to make it there (its changes follow)
+        return widget_bundle(obj)
     if _is_figure(obj):  # as the inline backend shows a figure
         return {"image/png": figure_png(obj), "text/plain": repr(obj)}
     mimebundle = getattr(obj, "_repr_mimebundle_", None)

@@ -16,12 +16,14 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import pickle
 import secrets
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from ..polling import wait_for
+from ..pools.scheduler_workers import connected_workers
 from .events import Events, RankAnswered
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,17 @@ def _post_answer(events: Events, address: str, future: Any) -> None:
     except BaseException as e:  # the worker died, or could not be reached at all
         answer = e
     events.put(RankAnswered(address, answer))
+
+
+@functools.lru_cache(maxsize=8)
+def _pickled_function(function: Callable[..., Any]) -> bytes:
+    """``function`` as dask's ``run`` handler takes it (a module-level function: pickled by name)."""
+    from distributed.protocol.pickle import dumps
+
+    return dumps(function)  # type: ignore[no-any-return]
+
+
+_NO_KWARGS = pickle.dumps({}, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _name(function: Callable[..., Any]) -> str:
@@ -89,7 +102,8 @@ class PoolTransport:
 
         from distributed.protocol.pickle import dumps
 
-        pickled = (dumps(function), dumps(args), dumps({}))  # once for every rank: they start closer together
+        # once for every rank (they start closer together); the function is the same every job
+        pickled = (_pickled_function(function), dumps(args), _NO_KWARGS)
 
         async def launch_all() -> None:  # one wake-up of the event loop for all ranks
             for address in addresses:
@@ -188,8 +202,8 @@ class PoolTransport:
 
     # -- the workers ---------------------------------------------------------------------------
     def live_workers(self) -> dict[str, dict[str, Any]]:
-        """The scheduler's workers: address -> its ``scheduler_info`` entry."""
-        workers: dict[str, dict[str, Any]] = self.client.scheduler_info(n_workers=-1).get("workers", {})
+        """The scheduler's workers now: address -> its entry in the scheduler's identity."""
+        workers = connected_workers(self.client)
         self.remember_memory_limits(workers)
         return workers
 

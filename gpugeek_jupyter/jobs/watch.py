@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..polling import wait_for
 from . import rank as rank_side
 from .descriptors import last_words
 from .env import interface_of
@@ -65,6 +66,8 @@ class AttemptPlan:
     launched: list[str]  # the addresses of the ranks that run it: every rank, or those of --ranks
     deadline: float | None = None  # the job's timeout, as a moment on the monotonic clock
     timeout: float | None = None  # the same, in seconds (for its message)
+    # time.time() just before the launch: the nannies' reports of how a process ended count from here
+    started_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,7 @@ class AttemptWatch:
         self.stop_message: str | None = None
         self.escalation = StopEscalation()
         self.gone: set[str] = set()  # ranks whose worker process died or was ended
-        self.started_at = time.time()  # the nannies' reports of how a process ended count from here
-        transport.report_exits()  # so that they report (asked once per pool)
+        self.started_at = plan.started_at or time.time()
 
     @property
     def killed(self) -> set[str]:
@@ -475,12 +477,32 @@ class AttemptWatch:
             report.exit_code = death.get("exitcode")
             report.error = describe_death(f"its worker process{f' (pid {pid})' if pid else ''} at {address}", death)
             stderr_file = self.group.stderr_files.get(address)
-            words = last_words(stderr_file) if stderr_file and interface_of(slot.host) is not None else None
-            if words is not None:  # on this host: what it wrote to stderr before it died
+            words = self._last_words(slot.host, address, stderr_file) if stderr_file else None
+            if words is not None:  # what it wrote to stderr before it died
                 report.traceback = f"the last words of rank {slot.rank} on stderr (pid {pid}):\n{words}\n"
             if answer is not None:
                 log.info("rank %d: %s", slot.rank, answer)
         return report
+
+    def _last_words(self, host: str, address: str, path: str) -> str | None:
+        """What the dead worker at ``address`` wrote to its stderr file ``path`` in its job: read here
+        when it ran on this host, else by a live worker of its host (another rank's, or the one its
+        nanny started in its place, waited for up to :data:`LAST_WORDS_WAIT_S`); None when nothing
+        was written or no worker there answers (then the file stays on that host, named)."""
+        if interface_of(host) is not None:
+            return last_words(path)
+
+        def neighbour() -> str | None:
+            there = [a for a, info in self.transport.live_workers().items() if info.get("host") == host]
+            return next((a for a in sorted(there) if a != address), None)
+
+        reader = wait_for(neighbour, timeout=LAST_WORDS_WAIT_S, interval=0.2)
+        if reader is None:
+            return f"(no worker of {host} is left to read them: they are in {path} there)"
+        return self.transport.ask(last_words, [reader], path, timeout=3.0).get(reader)
+
+
+LAST_WORDS_WAIT_S = 5.0  # for a live worker on a dead rank's host, to read its last words there
 
 
 def describe_death(process: str, death: dict[str, Any]) -> str:

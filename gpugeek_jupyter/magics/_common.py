@@ -83,6 +83,13 @@ def parse_options(magic: Any, line: str, example: str) -> Any:
         raise UsageError(f"{e} (see %{name}? for the options; e.g. %{name} {example})") from None
 
 
+def local_time(timestamp: float, seconds: bool = True) -> str:
+    """A registry or ledger time as the notebook's local date and time (``2026-12-05 14:02:07``)."""
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(float(timestamp)).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
 def kernel_owner() -> str:
     """'kernel <id>' when running in a Jupyter kernel, else 'pid <pid>'."""
     try:

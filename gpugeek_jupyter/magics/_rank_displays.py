@@ -2,7 +2,9 @@
 (:mod:`gpugeek_jupyter.jobs.rank_display`) shown as display data under a ``[rank N]`` label.
 
 With ``--output grouped`` a display several ranks send alike is shown once, its label updated in
-place (``[ranks 0-7]``); ``--output rank0`` shows rank 0's only; ``all`` shows every rank's.
+place (``[ranks 0-7]``); ``--output rank0`` shows rank 0's only; ``all`` shows every rank's. A rank's ipywidgets widget is
+made again in this kernel and follows the rank's changes (:mod:`gpugeek_jupyter.widgets.rank_widgets`);
+each rank's is its own.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from typing import Any
 
 from IPython.display import display
 
-from ..jobs.display_stream import DISPLAY_STREAM, read_bundles
+from ..jobs.display_stream import DISPLAY_STREAM, WIDGET_MIME, WIDGET_UPDATE_MIME, read_bundles
 from ..jobs.output import format_ranks
+from ..widgets import rank_widgets
 
 
 class RankDisplays:
@@ -39,6 +42,15 @@ class RankDisplays:
             self._show(rank, bundle)
 
     def _show(self, rank: int, bundle: dict[str, Any]) -> None:
+        if WIDGET_UPDATE_MIME in bundle:  # a change of a widget shown before: the kernel's copy takes it
+            rank_widgets.apply_update(bundle[WIDGET_UPDATE_MIME])
+            return
+        if WIDGET_MIME in bundle:
+            widget = rank_widgets.show_state(bundle[WIDGET_MIME])
+            if widget is not None:
+                display({"text/plain": f"[rank {rank}]"}, raw=True)
+                display(widget, metadata={"gpugeek": {"rank": rank}})
+                return
         digest = hashlib.sha256(json.dumps(bundle, sort_keys=True, default=str).encode()).hexdigest()
         if self.mode == "grouped" and digest in self._shown:
             label, ranks = self._shown[digest]

@@ -14,7 +14,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..client import DEFAULT_JOBS_LIMIT
 from ..errors import Phrase, SpecError
-from ._common import chosen_pool, parse_options, pool_arguments, usage_errors
+from ._common import chosen_pool, local_time, parse_options, pool_arguments, usage_errors
 from ._rank_displays import RankDisplays
 from ._rank_redraws import redrawn_in_place
 
@@ -31,7 +31,6 @@ _SCRIPT_EXAMPLE = "%gpugeek_run --script-path train.py -- --lr 3e-5"
 def job_table(records: list[Any], positions: dict[str, int] | None = None) -> Any:
     """A pandas DataFrame with one row per job record, newest first; a queued job's status says its
     place in its pool's queue (``queued #1``: next to run, from ``positions``)."""
-    import datetime as dt
 
     import pandas as pd
 
@@ -58,7 +57,7 @@ def job_table(records: list[Any], positions: dict[str, int] | None = None) -> An
             "status": f"queued #{positions[r.id]}" if positions and r.id in positions else r.status.value,
             "ranks": r.ranks,
             "restarts": r.restarts,
-            "started": dt.datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S"),
+            "started": local_time(r.started_at),
             "duration_s": round(r.ended_at - r.started_at, 3) if r.ended_at else None,
             "waited_s": round(r.waited_s, 1),
             "exit codes": r.rank_exits,

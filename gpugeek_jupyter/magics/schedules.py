@@ -5,14 +5,13 @@ user's agent) and ``%gpugeek_schedules`` (list them; pause, resume or delete one
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ._common import parse_options, usage_errors
+from ._common import local_time, parse_options, usage_errors
 
 _SCHEDULE_EXAMPLE = "--every 1d --gpu-type cpu --count 2"
 _SCRIPT_EXAMPLE = "%gpugeek_schedule --script-path train.py --every 1d --gpu-type cpu --count 2"
@@ -201,7 +200,7 @@ def _when(at: float) -> str:
         from ..schedules.timing import format_seconds
 
         return f"in {format_seconds(round(left) if left < 120 else round(left / 60) * 60)}"
-    return datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M")
+    return local_time(at, seconds=False)
 
 
 def _number(value: str | None, field: str, example: int, integer: bool = False) -> Any:

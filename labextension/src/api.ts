@@ -139,9 +139,13 @@ export class GpugeekApi {
     return this.call<IQuotaStatus>('GET', 'quota');
   }
 
-  /** The values job `id`'s ranks logged with `gg.log`, as kept with the job. */
-  async jobMetrics(id: string): Promise<IJobMetrics> {
-    return this.call<IJobMetrics>('GET', `jobs/${encodeURIComponent(id)}/metrics`);
+  /**
+   * The values job `id`'s ranks logged with `gg.log`, as kept with the job; with `points`, each
+   * line (attempt, rank, metric) thinned by the server to at most that many rows, for a chart.
+   */
+  async jobMetrics(id: string, points?: number): Promise<IJobMetrics> {
+    const query = points === undefined ? '' : `?points=${points}`;
+    return this.call<IJobMetrics>('GET', `jobs/${encodeURIComponent(id)}/metrics${query}`);
   }
 
   async jobOutput(id: string, lines?: number): Promise<IJobOutput> {

@@ -10,18 +10,17 @@
 import { Widget } from '@lumino/widgets';
 
 import { GpugeekApi } from './api';
-import { h, svg } from './dom';
+import { h } from './dom';
 import { formatValue, IMetricChart, metricCharts } from './jobMetricsModel';
 import { isScrolledToBottom, rankChips } from './jobView';
+import { renderLineChart } from './lineChart';
 import { IJobOutput, isJobFinal, JobStatus } from './models';
-import { polylinePoints } from './monitorModel';
 
 export const JOB_TAB_POLL_MS = 2000;
 /** Lines of the grouped tail the tab shows (the panel's row shows 40). */
 export const JOB_TAB_LINES = 500;
-const WIDTH = 480;
-const HEIGHT = 90;
-const COLOURS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f'];
+/** Rows per chart line the tab asks for: the server thins a long run's course to that (its ends and spikes kept). */
+export const JOB_TAB_POINTS = 400;
 
 export function jobTabId(job: string): string {
   return `gpugeek-job-${job}`;
@@ -79,7 +78,7 @@ export class JobTab extends Widget {
     try {
       const [output, metrics] = await Promise.all([
         this._api.jobOutput(this.jobId, JOB_TAB_LINES),
-        this._api.jobMetrics(this.jobId)
+        this._api.jobMetrics(this.jobId, JOB_TAB_POINTS)
       ]);
       this._error.textContent = '';
       this._showOutput(output);
@@ -126,39 +125,17 @@ export class JobTab extends Widget {
   private _chart(chart: IMetricChart): HTMLElement {
     const [s0, s1] = chart.steps;
     const [low, high] = chart.values;
-    const plot = svg('svg', {
-      class: 'gpugeek-monitor-plot',
-      viewBox: `0 0 ${WIDTH} ${HEIGHT}`,
-      preserveAspectRatio: 'none',
-      role: 'img',
-      'aria-label': `${chart.name} by step, a line per rank`
+    return renderLineChart({
+      key: chart.name,
+      title: `${chart.name} (steps ${s0}–${s1}, ${formatValue(low)} to ${formatValue(high)})`,
+      label: `${chart.name} by step, a line per rank`,
+      x: [s0, s1],
+      top: high - low,
+      lines: chart.lines.map(line => ({
+        // values from the chart's low: the chart draws [0, top]
+        points: line.points.map(p => ({ t: p.t, v: p.v - low })),
+        legend: `rank ${line.rank} ${formatValue(line.latest)}`
+      }))
     });
-    chart.lines.forEach((line, index) => {
-      // values from the chart's low: polylinePoints draws [0, top]
-      const shifted = line.points.map(p => ({ t: p.t, v: p.v - low }));
-      plot.appendChild(
-        svg('polyline', {
-          points: polylinePoints(shifted, s0, s1, high - low, WIDTH, HEIGHT),
-          fill: 'none',
-          stroke: COLOURS[index % COLOURS.length],
-          'stroke-width': '1.5',
-          'vector-effect': 'non-scaling-stroke'
-        })
-      );
-    });
-    const legend = chart.lines.map((line, index) =>
-      h('span', { class: 'gpugeek-monitor-legend-item' }, [
-        h('span', { class: 'gpugeek-monitor-swatch', attrs: { style: `background:${COLOURS[index % COLOURS.length]}` } }),
-        `rank ${line.rank} ${formatValue(line.latest)}`
-      ])
-    );
-    return h('div', { class: 'gpugeek-monitor-chart', data: { metric: chart.name } }, [
-      h('div', {
-        class: 'gpugeek-monitor-chart-title',
-        text: `${chart.name} (steps ${s0}–${s1}, ${formatValue(low)} to ${formatValue(high)})`
-      }),
-      plot as unknown as HTMLElement,
-      h('div', { class: 'gpugeek-monitor-legend' }, legend)
-    ]);
   }
 }

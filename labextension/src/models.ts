@@ -283,9 +283,18 @@ export interface IQuotaStatus {
     backends: string[];
     gpu_types: string[];
     usd_per_day: number;
+    /** Absent from a server of an earlier release. */
+    usd_per_month?: number;
     sources: Record<string, string>;
   };
-  usage: { gpus: number; workers: number; user_usd_today: number; team_usd_month: number };
+  usage: {
+    gpus: number;
+    workers: number;
+    user_usd_today: number;
+    /** Absent from a server of an earlier release. */
+    user_usd_month?: number;
+    team_usd_month: number;
+  };
   team_budget_usd_per_month: number;
   /** "service": the team's ledger service said them; "settings": this server's settings. */
   from: 'service' | 'settings';

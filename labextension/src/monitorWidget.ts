@@ -14,21 +14,18 @@ import { caretDownEmptyIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { GpugeekApi } from './api';
-import { h, svg } from './dom';
+import { h } from './dom';
+import { renderLineChart } from './lineChart';
 import { isLive } from './models';
 import {
   IMonitorMetric,
   MONITOR_WINDOW_S,
   MONITOR_WINDOWS_S,
   MonitorSeries,
-  polylinePoints,
   windowLabel
 } from './monitorModel';
 
 export const MONITOR_POLL_MS = 2000;
-const WIDTH = 480;
-const HEIGHT = 90;
-const COLOURS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f'];
 
 export function monitorId(pool: string): string {
   return `gpugeek-monitor-${pool}`;
@@ -161,35 +158,17 @@ export class PoolMonitor extends Widget {
     const t1 = Math.max(...times);
     const t0 = Math.max(Math.min(...times), t1 - this.series.windowS);
     const top = metric.max ?? Math.max(1e-9, ...lines.flatMap(([, points]) => points.map(p => p.v))) * 1.1;
-    const plot = svg('svg', {
-      class: 'gpugeek-monitor-plot',
-      viewBox: `0 0 ${WIDTH} ${HEIGHT}`,
-      preserveAspectRatio: 'none',
-      role: 'img',
-      'aria-label': `${metric.title} of pool ${this.poolName}`
+    const digits = metric.unit === '%' ? 0 : 2;
+    return renderLineChart({
+      key: metric.field,
+      title: `${metric.title} (0–${top.toFixed(digits)} ${metric.unit})`,
+      label: `${metric.title} of pool ${this.poolName}`,
+      x: [t0, t1],
+      top,
+      lines: lines.map(([device, points]) => ({
+        points,
+        legend: `${device} ${points[points.length - 1].v.toFixed(digits)} ${metric.unit}`
+      }))
     });
-    lines.forEach(([, points], index) => {
-      plot.appendChild(
-        svg('polyline', {
-          points: polylinePoints(points, t0, t1, top, WIDTH, HEIGHT),
-          fill: 'none',
-          stroke: COLOURS[index % COLOURS.length],
-          'stroke-width': '1.5',
-          'vector-effect': 'non-scaling-stroke'
-        })
-      );
-    });
-    const latest = lines
-      .map(([device, points], index) =>
-        h('span', { class: 'gpugeek-monitor-legend-item' }, [
-          h('span', { class: 'gpugeek-monitor-swatch', attrs: { style: `background:${COLOURS[index % COLOURS.length]}` } }),
-          `${device} ${points[points.length - 1].v.toFixed(metric.unit === '%' ? 0 : 2)} ${metric.unit}`
-        ])
-      );
-    return h('div', { class: 'gpugeek-monitor-chart', data: { metric: metric.field } }, [
-      h('div', { class: 'gpugeek-monitor-chart-title', text: `${metric.title} (0–${top.toFixed(metric.unit === '%' ? 0 : 2)} ${metric.unit})` }),
-      plot as unknown as HTMLElement,
-      h('div', { class: 'gpugeek-monitor-legend' }, latest)
-    ]);
   }
 }

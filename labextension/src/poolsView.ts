@@ -247,7 +247,7 @@ export class HistoryPager {
 
 /**
  * The header's quota line: `quota 2/8 GPUs · 3/16 workers · $12.00 of $200.00 today ·
- * team $1200.00 of $5000.00 this month`, the limits that apply only; null when none does.
+ * $40.00 of $1000.00 this month · team $1200.00 of $5000.00 this month`, the limits that apply only; null when none does.
  */
 export function quotaLine(status: IQuotaStatus | null): string | null {
   if (!status || !status.limited) {
@@ -263,6 +263,11 @@ export function quotaLine(status: IQuotaStatus | null): string | null {
   }
   if (quota.usd_per_day) {
     parts.push(`${formatUsd(usage.user_usd_today)} of ${formatUsd(quota.usd_per_day)} today`);
+  }
+  if (quota.usd_per_month) {
+    parts.push(
+      `${formatUsd(usage.user_usd_month ?? 0)} of ${formatUsd(quota.usd_per_month)} this month`
+    );
   }
   if (status.team_budget_usd_per_month) {
     parts.push(

@@ -179,4 +179,15 @@ describe('GpugeekApi', () => {
       'gpugeek/jobs/job-1/output?lines=100'
     ]);
   });
+
+  it("reads a job's metrics whole, or thinned for a chart with ?points", async () => {
+    const metrics = { job: 'job-1', status: 'running', names: [], metrics: [] };
+    const { api, calls } = fakeServer(json(metrics), json(metrics));
+    await expect(api.jobMetrics('job 1')).resolves.toEqual(metrics);
+    await expect(api.jobMetrics('job-1', 400)).resolves.toEqual(metrics);
+    expect(calls.map(call => call.path)).toEqual([
+      'gpugeek/jobs/job%201/metrics',
+      'gpugeek/jobs/job-1/metrics?points=400'
+    ]);
+  });
 });

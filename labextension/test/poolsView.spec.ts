@@ -221,7 +221,7 @@ describe('quotaLine', () => {
     user: 'ada',
     limited: true,
     quota: { max_gpus: 0, max_workers: 0, backends: [], gpu_types: [], usd_per_day: 0, sources: {}, ...overrides },
-    usage: { gpus: 2, workers: 3, user_usd_today: 12, team_usd_month: 1200 },
+    usage: { gpus: 2, workers: 3, user_usd_today: 12, user_usd_month: 40, team_usd_month: 1200 },
     team_budget_usd_per_month: budget,
     from: 'service'
   });
@@ -230,6 +230,7 @@ describe('quotaLine', () => {
     expect(quotaLine(status({ max_gpus: 8, max_workers: 16, usd_per_day: 200 }, 5000))).toBe(
       'quota 2/8 GPUs · 3/16 workers · $12.00 of $200.00 today · team $1200.00 of $5000.00 this month'
     );
+    expect(quotaLine(status({ usd_per_month: 1000 }))).toBe('quota $40.00 of $1000.00 this month');
     expect(quotaLine(status({ backends: ['local', 'slurm'], gpu_types: ['cpu'] }))).toBe(
       'quota on local, slurm · GPU types cpu'
     );

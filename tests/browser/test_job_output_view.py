@@ -233,3 +233,33 @@ def test_a_job_opens_as_a_tab_with_its_output_and_a_chart_per_logged_value_resto
         f"Job {job_id}: succeeded", timeout=READY_TIMEOUT_MS
     )
     assert page.locator(f"#gpugeek-job-{job_id}").count() == 1
+
+
+SLOW_RANK_1 = """%%gpugeek_run
+import time
+for step in range(40):
+    time.sleep(0.005 + (0.050 if rank == 1 else 0.0))
+    gg.log(step=step, loss=1.0)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_job_whose_rank_lagged_shows_the_slow_rank_in_its_record(
+    page: Any, lab: LabServer, kernel: KernelSession, artifacts: Path
+) -> None:
+    done = kernel.run(SLOW_RANK_1, timeout=120)
+    assert done.error is None, done.text
+    assert "is slower than the others" in done.text, done.text  # said in the cell as it ran
+    panel = open_panel(page, lab)
+    widen_sidebar(page, 720)
+    row = panel.locator(".gpugeek-job-row").filter(has=page.locator(".gpugeek-status-succeeded")).first
+    expect(row).to_be_visible(timeout=READY_TIMEOUT_MS)
+    row.scroll_into_view_if_needed()
+    row.locator(".gpugeek-job-summary").click()
+    record = row.locator(".gpugeek-key-values").first
+    expect(record).to_contain_text("Slow rank", timeout=READY_TIMEOUT_MS)
+    slow = record.locator("dt", has_text="Slow rank").locator("xpath=following-sibling::dd[1]")
+    text = slow.inner_text()
+    assert text.startswith("rank 1 (host ") and "is slower than the others" in text, text
+    assert row.get_attribute("data-job-id") not in text  # the view names the job already
+    row.screenshot(path=str(artifacts / "slow-rank-job-view.png"))

@@ -494,3 +494,15 @@ def test_output_that_also_travels_with_the_answer_is_shown_once_in_order(pool: A
     assert result.ok, result.failure
     for rank in (0, 1):
         assert "".join(t for r, t in shown if r == rank) == "x" * (REPLAY_CHARS + 10) + f"\nafter {rank}\n"
+
+
+def test_a_job_runs_with_interrupts_kept_out_of_the_import_machinery(pool: Any) -> None:
+    """The first job imports lazily in this thread while dask's threads import: its interrupts go
+    through :func:`~gpugeek_jupyter.interrupts.interrupts_outside_imports`, only while it runs."""
+    from gpugeek_jupyter import interrupts
+
+    handlers: set[Any] = set()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    result = run_cell(pool, "print(rank)", {}, on_output=lambda r, s, t: handlers.add(signal.getsignal(signal.SIGINT)))
+    assert result.ok and handlers == {interrupts._interrupt_outside_imports}
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

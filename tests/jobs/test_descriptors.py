@@ -65,3 +65,26 @@ def test_a_rank_that_crashes_leaves_its_last_words_in_the_failure(pool: Any) -> 
     assert words.startswith("the last words of rank 1 on stderr (pid "), words
     assert "about to read address 0" in words and "Fatal Python error: Segmentation fault" in words, words
     assert "in <module>" in words or "File " in words  # the stack faulthandler wrote
+
+
+def test_a_dead_ranks_last_words_on_another_host_are_read_there_by_a_live_worker(pool: Any, monkeypatch: Any) -> None:
+    """The workers here share the driver's host; the watch is told it is another one (the one
+    change), so the words come the way they come from another machine: asked of a live worker of
+    that host (the other rank's, or the one the nanny started in the dead one's place)."""
+    from gpugeek_jupyter.jobs import watch
+
+    asked: list[str] = []
+    real_ask = watch.PoolTransport.ask
+
+    def ask(self: Any, function: Any, addresses: list[str], *args: Any, **kwargs: Any) -> Any:
+        asked.append(function.__name__)
+        return real_ask(self, function, addresses, *args, **kwargs)
+
+    monkeypatch.setattr(watch, "interface_of", lambda host: None)  # no host is this one
+    monkeypatch.setattr(watch.PoolTransport, "ask", ask)
+    result = run_cell(pool, CRASHES_ON_RANK_1, {}, timeout=120)
+    assert not result.ok and result.failed_rank == 1, result.report()
+    words = result.traceback or ""
+    assert words.startswith("the last words of rank 1 on stderr (pid "), words
+    assert "about to read address 0" in words and "Fatal Python error: Segmentation fault" in words, words
+    assert "last_words" in asked, asked

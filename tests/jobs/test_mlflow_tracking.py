@@ -137,7 +137,10 @@ def test_each_cell_job_is_its_own_run_and_a_failure_ends_it_failed(server: Mlflo
     assert (
         found[failed.job_id].info.status == "FAILED" and found[failed.job_id].data.tags["gpugeek.outcome"] == "failed"
     )
-    assert found[failed.job_id].data.metrics == {"acc": 0.1}
+    logged = {
+        name: value for name, value in found[failed.job_id].data.metrics.items() if not name.startswith("system/")
+    }
+    assert logged == {"acc": 0.1}  # the pool's telemetry adds system metrics when a sample fell in the job
 
 
 KEEPS_LOGGING = """

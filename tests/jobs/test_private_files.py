@@ -47,3 +47,17 @@ def test_job_logs_are_kept_in_private_folders_also_outside_the_registry_folder(t
         assert _mode(tmp_path / "logs") == 0o700 and _mode(tmp_path / "logs" / "job-private") == 0o700
     finally:
         set_config(None)
+
+
+def test_a_folder_found_private_is_checked_again_at_each_job(tmp_path: Path) -> None:
+    from gpugeek_jupyter.jobs.rank import _private_dir
+
+    folder = tmp_path / "cache"
+    assert _private_dir(str(folder)) and _mode(folder) == 0o700
+    folder.chmod(0o755)  # widened since (the remembered answer must not hide it)
+    assert _private_dir(str(folder)) and _mode(folder) == 0o700
+    folder.rmdir()
+    other = tmp_path / "elsewhere"
+    other.mkdir(mode=0o700)
+    folder.symlink_to(other)  # the same path, now a link: not a folder of ours to use
+    assert not _private_dir(str(folder))

@@ -8,17 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.kernel import KernelSession, magics_kernel
+from support.kernel import KernelSession, pool_kernel
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
-    registry = tmp_path_factory.mktemp("shell") / "registry.sqlite"
-    with magics_kernel(
-        {"GPUGEEK_REGISTRY": str(registry)}, launch="--gpu-type cpu --count 2 --name shell --quiet", stop="shell"
-    ) as session:
+    with pool_kernel(tmp_path_factory, "shell") as session:
         yield session
 
 

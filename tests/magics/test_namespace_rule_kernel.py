@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.kernel import KernelSession, magics_kernel
+from support.kernel import KernelSession, pool_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -18,9 +18,7 @@ NOTICE = "replaced what the ranks had assigned"
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
-    registry = tmp_path_factory.mktemp("names") / "registry.sqlite"
-    launch = "--gpu-type cpu --count 2 --name names --quiet"
-    with magics_kernel({"GPUGEEK_REGISTRY": str(registry)}, launch=launch, stop="names") as session:
+    with pool_kernel(tmp_path_factory, "names") as session:
         ready = session.run("import torch, numpy as np")
         assert ready.error is None, ready.text
         yield session

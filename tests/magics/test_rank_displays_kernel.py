@@ -1,7 +1,9 @@
 """Rich output from the ranks, in a real kernel: a rank's ``display(df)``, IPython's ``HTML`` (also
 through IPython's own ``display``, imported in the same cell) and ``plt.show()`` reach the notebook
 as display data under a rank label, never as ``<IPython.core.display.HTML object>`` text; grouped
-output shows a display the ranks send alike once, labelled for all of them; rank0 shows rank 0's."""
+output shows a display the ranks send alike once, labelled for all of them; rank0 shows rank 0's. A rank's
+ipywidgets widget is made in the kernel (the real widget protocol's comm_open, parts first) and
+follows the rank's changes, a child added after display included."""
 
 from __future__ import annotations
 
@@ -10,17 +12,14 @@ from typing import Any
 
 import pytest
 
-from support.kernel import CellResult, KernelSession, magics_kernel
+from support.kernel import CellResult, KernelSession, pool_kernel
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
-    registry = tmp_path_factory.mktemp("displays") / "registry.sqlite"
-    with magics_kernel(
-        {"GPUGEEK_REGISTRY": str(registry)}, launch="--gpu-type cpu --count 2 --name displays --quiet", stop="displays"
-    ) as session:
+    with pool_kernel(tmp_path_factory, "displays") as session:
         yield session
 
 
@@ -106,3 +105,45 @@ def test_a_cells_rich_last_value_is_shown_per_rank_as_itself_not_as_a_list(kerne
     kept = _run(kernel, "%%gpugeek_run -o frames\nimport pandas as pd\npd.DataFrame({'col': [rank]})")
     assert not _with(kept, "text/html"), kept.displays  # -o stores them, shows nothing
     assert _run(kernel, "[int(f['col'][0]) for f in frames]").displays[-1]["text/plain"] == "[0, 1]"
+
+
+def _comm_messages(kernel: KernelSession, msg_id: str) -> list[dict[str, Any]]:
+    return [
+        m
+        for m in kernel.messages
+        if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] in ("comm_open", "comm_msg")
+    ]
+
+
+def test_a_ranks_widget_is_made_in_the_kernel_and_follows_the_ranks_changes(kernel: KernelSession) -> None:
+    cell = (
+        "%%gpugeek_run --output all\nimport time\nimport ipywidgets as w\n"
+        "bar = w.IntProgress(value=0, max=4, description=f'rank {rank}')\n"
+        "box = w.VBox([bar])\ndisplay(box)\n"
+        "for i in range(1, 5):\n    bar.value = i\n    time.sleep(0.05)\n"
+        "box.children = [bar, w.Label(f'done on rank {rank}')]\n"
+    )
+    msg_id = kernel.execute(cell)
+    result = kernel.collect(msg_id, timeout=120)
+    assert result.error is None, result.text
+    comms = _comm_messages(kernel, msg_id)
+    opened = {m["content"]["comm_id"]: m["content"]["data"]["state"] for m in comms if m["msg_type"] == "comm_open"}
+    bars = {cid: s for cid, s in opened.items() if s.get("_model_name") == "IntProgressModel"}
+    assert sorted(s["description"] for s in bars.values()) == ["rank 0", "rank 1"], opened
+    finals = {cid: s["value"] for cid, s in bars.items()}
+    for m in comms:  # the rank's changes, sent on by ipywidgets as updates of the kernel's widget
+        data = m["content"]["data"]
+        if m["msg_type"] == "comm_msg" and data.get("method") == "update" and m["content"]["comm_id"] in finals:
+            finals[m["content"]["comm_id"]] = data["state"].get("value", finals[m["content"]["comm_id"]])
+    assert sorted(finals.values()) == [4, 4], (finals, comms)
+    labels = sorted(s["value"] for s in opened.values() if s.get("_model_name") == "LabelModel")
+    assert labels == ["done on rank 0", "done on rank 1"], opened  # a child added after display
+    views = [
+        d["application/vnd.jupyter.widget-view+json"]["model_id"]
+        for d in _with(result, "application/vnd.jupyter.widget-view+json")
+    ]
+    boxes = {cid for cid, s in opened.items() if s.get("_model_name") == "VBoxModel"}
+    assert sorted(views) == sorted(boxes) and len(boxes) == 2, (views, opened)
+    for cid in boxes:  # each box holds its own rank's bar, by this kernel's model id
+        assert opened[cid]["children"][0].removeprefix("IPY_MODEL_") in bars, opened[cid]
+    assert "IntProgress(" not in result.stdout and "VBox(" not in result.stdout, result.stdout

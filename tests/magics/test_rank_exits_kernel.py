@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.kernel import KernelSession, magics_kernel
+from support.kernel import KernelSession, pool_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -18,10 +18,7 @@ WORKER_MEMORY = "1300MiB"  # each worker's limit (--worker-memory): the nanny's 
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
-    registry = tmp_path_factory.mktemp("exits") / "registry.sqlite"
-    env = {"GPUGEEK_REGISTRY": str(registry)}
-    launch = f"--gpu-type cpu --count 2 --name exits --quiet --worker-memory {WORKER_MEMORY}"
-    with magics_kernel(env, launch=launch, stop="exits") as session:
+    with pool_kernel(tmp_path_factory, "exits", options=f"--worker-memory {WORKER_MEMORY}") as session:
         yield session
 
 

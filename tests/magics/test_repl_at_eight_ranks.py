@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.kernel import KernelSession, magics_kernel
+from support.kernel import KernelSession, pool_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -31,9 +31,7 @@ for step in tqdm(range(3), desc="train"):
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
-    registry = tmp_path_factory.mktemp("eight") / "registry.sqlite"
-    launch = "--gpu-type cpu --count 8 --name eight --quiet"
-    with magics_kernel({"GPUGEEK_REGISTRY": str(registry)}, launch=launch, stop="eight") as session:
+    with pool_kernel(tmp_path_factory, "eight", count=8) as session:
         yield session
 
 

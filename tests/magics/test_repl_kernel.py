@@ -7,16 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.kernel import KernelSession, magics_kernel
+from support.kernel import KernelSession, pool_kernel
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
-    registry = tmp_path_factory.mktemp("repl") / "registry.sqlite"
-    launch = "--gpu-type cpu --count 4 --name repl --quiet"
-    with magics_kernel({"GPUGEEK_REGISTRY": str(registry)}, launch=launch, stop="repl") as session:
+    with pool_kernel(tmp_path_factory, "repl", count=4) as session:
         yield session
 
 

@@ -69,3 +69,31 @@ async def test_metrics_of_an_unknown_job_are_a_404_naming_it(api: Fetch, jp_serv
     status, body = await api("GET", "jobs", "job-nope", "metrics")
     assert status == 404
     assert "job-nope" in body["message"]
+
+
+async def test_a_charts_points_thin_each_line_keep_its_spike_and_read_on_as_the_job_writes(
+    api: Fetch, running_job: tuple[str, JobLogs]
+) -> None:
+    job_id, logs = running_job
+    for rank in (0, 1):
+        logs.write_metrics(rank, [(s, float(s), "loss", 9.0 if s == 777 else 1.0 / (1 + s)) for s in range(2000)])
+    status, body = await api("GET", "jobs", job_id, "metrics", params={"points": "50"})
+    assert status == 200, body
+    for rank in (0, 1):
+        line = [row for row in body["metrics"] if row["rank"] == rank]
+        assert 10 < len(line) <= 50
+        assert (line[0]["step"], line[-1]["step"], max(row["value"] for row in line)) == (0, 1999, 9.0)
+    logs.write_metrics(0, [(2000, 2000.0, "loss", 0.0)])  # the job goes on: the next poll has it
+    _, later = await api("GET", "jobs", job_id, "metrics", params={"points": "50", "name": "loss"})
+    assert [row["step"] for row in later["metrics"] if row["rank"] == 0][-1] == 2000
+    _, whole = await api("GET", "jobs", job_id, "metrics")
+    assert len(whole["metrics"]) == 4001  # without points: every row kept
+
+
+@pytest.mark.parametrize("points", ["3", "many", "-5", "100001"])
+async def test_points_must_be_a_whole_number_in_range(
+    api: Fetch, running_job: tuple[str, JobLogs], points: str
+) -> None:
+    status, body = await api("GET", "jobs", running_job[0], "metrics", params={"points": points})
+    assert status == 400, body
+    assert body["message"] == (f'"points" must be a whole number from 4 to 100000, got "{points}" (e.g. ?points=400)')

@@ -131,3 +131,15 @@ def magics_kernel(
             session.run(f"%gpugeek_stop {stop}", timeout=60)
     finally:
         session.shutdown()
+
+
+@contextmanager
+def pool_kernel(
+    tmp_path_factory: Any, name: str, count: int = 2, options: str = "", env: dict[str, str] | None = None
+) -> Iterator[KernelSession]:
+    """:func:`magics_kernel` with a registry of its own (a fresh temporary folder) and a cpu pool of
+    ``count`` workers named ``name`` (more ``%gpugeek_launch`` options in ``options``), stopped at the end."""
+    registry = tmp_path_factory.mktemp(name) / "registry.sqlite"
+    launch = f"--gpu-type cpu --count {count} --name {name} --quiet {options}".rstrip()
+    with magics_kernel({**(env or {}), "GPUGEEK_REGISTRY": str(registry)}, launch=launch, stop=name) as session:
+        yield session
