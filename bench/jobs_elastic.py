@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Any
 
+from gpugeek_jupyter.pools.scheduler_workers import connected_workers
+
 ELASTIC_WAIT_S = 2.0
 
 CELL = """\
@@ -59,7 +61,7 @@ def one_loss(pool: Any, for_good: bool) -> float:
     job.start()
     while not any("step 5 " in text for _, text in seen):
         time.sleep(0.01)
-    workers = pool.client.scheduler_info(n_workers=-1)["workers"]
+    workers = connected_workers(pool.client)
     victim = sorted(workers)[-1]
     lost_at = time.monotonic()
     if for_good:

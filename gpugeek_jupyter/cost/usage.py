@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import get_config
+from ..pools.scheduler_workers import connected_workers
 
 if TYPE_CHECKING:
     from ..pools import Pool, PoolManager
@@ -214,11 +215,10 @@ class UtilizationRecorder:
 
     def _network_bytes(self, manager: PoolManager, pool: Pool, seconds: float) -> int:
         client = pool.client
-        # Client.scheduler_info takes no timeout; this is the same call, bounded by what is left of
-        # this pool's housekeeping deadline (a frozen scheduler never answers)
+        # bounded by what is left of this pool's housekeeping deadline (a frozen scheduler never answers)
         timeout = max(0.1, min(self.timeout_seconds, manager.housekeeping_time_left()))
         try:
-            identity = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout)
+            workers = connected_workers(client, timeout=timeout)
         except Exception as e:
             log.info(
                 "pool %s: network bytes of this period unknown (the scheduler did not answer: %s: %s)",
@@ -227,4 +227,4 @@ class UtilizationRecorder:
                 e,
             )
             return 0
-        return round(host_send_rate(identity.get("workers", {})) * seconds)
+        return round(host_send_rate(workers) * seconds)

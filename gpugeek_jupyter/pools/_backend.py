@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import Phrase, PoolStartError
 from ..polling import poll_until
+from .scheduler_workers import connected_workers
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -100,7 +101,7 @@ def wait_for_workers(client: Client, count: int, on_progress: ProgressCallback, 
     seen = [-1]  # the count reported last
 
     def connected() -> bool:
-        ready = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        ready = len(connected_workers(client))
         if ready != seen[0]:
             on_progress(min(ready, count), count)
             seen[0] = ready

@@ -23,6 +23,7 @@ from typing import Any
 from ..config import get_config
 from ..dashboards import browser_link
 from ..errors import ConflictError, GpugeekError, NotFoundError, PoolStartError
+from ..interrupts import outside_imports
 from ..logs import set_library_log_level
 from ..polling import poll_until
 from ..pricing import prices_in_force
@@ -41,6 +42,7 @@ from .credentials import (
     remove_pool_credentials,
 )
 from .dashboard_socket import prepare_dashboard_socket, prune_dashboard_sockets, remove_dashboard_socket
+from .scheduler_workers import connected_workers
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +232,7 @@ class PoolManager:
         if any(p.name == name for p in self.registry.list_pools(live_only=True)):
             raise ConflictError.pool_name_taken(name)
 
+    @outside_imports  # a launch imports lazily while other threads import
     def launch(self, spec: PoolSpec, on_progress: ProgressCallback | None = None, reconnect: bool = False) -> Pool:
         """Start a pool for ``spec``, register it and make it the current pool.
 
@@ -684,9 +687,7 @@ class PoolManager:
         client = tracker.pool.client
         started = time.monotonic()
         try:
-            # Client.scheduler_info takes no timeout; this is the same call, bounded
-            identity = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=max(0.1, timeout))
-            workers = identity.get("workers", {})
+            workers = connected_workers(client, timeout=max(0.1, timeout))
         except Exception as e:
             log.info("pool %s: scheduler did not answer within %.1f s (%s: %s)", name, timeout, type(e).__name__, e)
             return

@@ -9,6 +9,7 @@ from ..dashboards import browser_link
 from ..pricing import hourly_rate
 from ..spec import PoolSpec
 from ..store import PoolRecord, PoolStatus, Registry
+from .scheduler_workers import connected_workers
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -130,7 +131,7 @@ class Pool:
 
     def worker_addresses(self) -> list[str]:
         """Connected workers in rank order (by dask worker name, then address)."""
-        workers = self.client.scheduler_info(n_workers=-1).get("workers", {})
+        workers = connected_workers(self.client)
         return [addr for addr, _ in sorted(workers.items(), key=lambda kv: _rank_key(kv[1].get("name"), kv[0]))]
 
     def metrics(self) -> Any:

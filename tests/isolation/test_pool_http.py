@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
+from gpugeek_jupyter.pools.scheduler_workers import connected_workers
 from support.other_user import OtherUser
 
 pytestmark = pytest.mark.slow
@@ -64,7 +65,7 @@ def _answer(port: int, context: ssl.SSLContext | None) -> bytes:
 
 def test_the_pools_processes_listen_on_their_dask_comms_only(pool_and_ports: tuple[Any, dict[str, set[int]]]) -> None:
     pool, ports = pool_and_ports
-    workers = pool.client.scheduler_info(n_workers=-1)["workers"]
+    workers = connected_workers(pool.client)
     expected = {
         "scheduler and nannies": {_port(pool.scheduler_address), *(_port(w["nanny"]) for w in workers.values())}
     }

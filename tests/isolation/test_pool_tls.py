@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from gpugeek_jupyter.pools.scheduler_workers import connected_workers
 from support.other_user import OtherUser
 
 pytestmark = pytest.mark.slow
@@ -86,7 +87,7 @@ def tls_pool(registry_in_the_open: Path) -> Iterator[Any]:
 
 def _listening_addresses(pool: Any) -> list[str]:
     """The scheduler's, every worker's and every nanny's address."""
-    workers = pool.client.scheduler_info(n_workers=-1)["workers"]
+    workers = connected_workers(pool.client)
     nannies = [info["nanny"] for info in workers.values() if info.get("nanny")]
     return [pool.scheduler_address, *workers, *nannies]
 

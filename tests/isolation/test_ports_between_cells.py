@@ -13,6 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
+from gpugeek_jupyter.pools.scheduler_workers import connected_workers
 from support.processes import wait_until_gone
 
 pytestmark = pytest.mark.slow
@@ -56,7 +57,7 @@ def test_between_cells_a_pool_listens_on_its_dask_comms_the_store_and_one_gloo_p
     pool_after_a_cell: tuple[Any, list[tuple[int, int, int]], set[tuple[str, int]]],
 ) -> None:
     pool, ranks, before = pool_after_a_cell
-    workers = pool.client.scheduler_info(n_workers=-1)["workers"]
+    workers = connected_workers(pool.client)
     pid_of = {pid: address for address, pid in pool.client.run(os.getpid).items()}
     master_port = ranks[0][1]
     kernel = _listening(os.getpid()) - before

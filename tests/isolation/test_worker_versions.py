@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gpugeek_jupyter.pools.scheduler_workers import connected_workers
 from support.other_user import OtherUser
 from support.processes import kill
 
@@ -115,7 +116,7 @@ def test_a_worker_with_another_python_and_no_torch_is_named_at_launch(
     )
     try:
         lines = [message for kind, message in notices.seen if kind == "version-mismatch"]
-        [worker] = pool.client.scheduler_info(n_workers=-1)["workers"]
+        [worker] = connected_workers(pool.client)
         import torch
 
         assert lines == [

@@ -89,7 +89,7 @@ def test_a_pool_scaled_to_zero_grows_back_for_the_job_that_runs_on_it(one_worker
     sampler.start()
     scaling = autoscale(pool, policy(minimum=0))
     try:
-        wait_for(lambda: not sampler.workers(), COOLDOWN + 30, "the idle pool shrinking to 0 workers")
+        wait_for(lambda: sampler.size() == 0, COOLDOWN + 30, "the idle pool shrinking to 0 workers")
         timeline.mark("0 workers")
         result = run_cell(pool, 'import os\nint(os.environ["WORLD_SIZE"])', {}, timeout=120)
         timeline.mark("the job ended")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpugeek_jupyter.pools.scheduler_workers import connected_workers
 from slurm.one_host import OneHostSlurm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -189,7 +190,7 @@ def test_with_a_port_range_the_scheduler_workers_and_nannies_listen_inside_it(
         def port(address: str) -> int:
             return int(address.rsplit(":", 1)[1].split("/", 1)[0])
 
-        workers = pool.client.scheduler_info(n_workers=-1)["workers"]
+        workers = connected_workers(pool.client)
         listening = {
             "scheduler": port(pool.scheduler_address),
             **{f"worker {info['name']}": port(address) for address, info in workers.items()},

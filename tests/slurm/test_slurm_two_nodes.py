@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpugeek_jupyter.pools.scheduler_workers import connected_workers
 from slurm.one_host import SlurmUnavailable
 from slurm.two_nodes import SECOND_NODE, TwoNodeSlurm
 
@@ -56,7 +57,7 @@ def test_a_pool_over_two_nodes_runs_one_job_with_a_rank_on_each(two_nodes: TwoNo
 
     pool = gpugeek_jupyter.launch(backend="slurm", count=2, name="two-nodes", walltime="00:20:00")
     try:
-        hosts = {info["host"] for info in pool.client.scheduler_info(n_workers=-1)["workers"].values()}
+        hosts = {info["host"] for info in connected_workers(pool.client).values()}
         assert len(hosts) == 2 and two_nodes.node_address in hosts, hosts
         nodes = two_nodes.run("squeue", "-h", "-n", "gpugeek-two-nodes", "-o", "%N").stdout.split()
         assert sorted(nodes) == sorted([two_nodes.node, SECOND_NODE]), nodes

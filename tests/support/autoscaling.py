@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpugeek_jupyter.jobs.roster import LAYOUT_FRESH_S
+from gpugeek_jupyter.pools.scheduler_workers import connected_workers
 from support.waiting import wait_for
 
 # a cell that runs until the file exists, then gives its world size
@@ -57,14 +58,22 @@ class SizeSampler(threading.Thread):
         self.timeline = timeline
         self.addresses: set[str] = set()
         self.done = threading.Event()
+        self._lock = threading.Lock()  # the test's own thread samples too (see ``size``)
 
     def workers(self) -> set[str]:
-        return set(self.pool.client.scheduler_info(n_workers=-1).get("workers", {}))
+        return set(connected_workers(self.pool.client))
 
     def sample(self) -> None:
-        self.addresses = self.workers()
-        if not self.timeline.sizes or self.timeline.sizes[-1][1] != len(self.addresses):
-            self.timeline.sizes.append((time.monotonic() - self.timeline.started, len(self.addresses)))
+        with self._lock:
+            self.addresses = self.workers()
+            if not self.timeline.sizes or self.timeline.sizes[-1][1] != len(self.addresses):
+                self.timeline.sizes.append((time.monotonic() - self.timeline.started, len(self.addresses)))
+
+    def size(self) -> int:
+        """Sample now and give the size: a size a test waits for is in the timeline even when the
+        sampler's thread, stalled on a loaded machine, missed the moment."""
+        self.sample()
+        return len(self.addresses)
 
     def run(self) -> None:
         while not self.done.wait(0.1):
@@ -124,7 +133,7 @@ def grows_for_the_queue_and_shrinks_after_the_jobs(
         wait_for(lambda: _statuses(pool) == ["running", "queued", "queued"], 10, "job C queued")
         timeline.mark("jobs B and C queued")
 
-        wait_for(lambda: len(sampler.workers()) == 3, scale_timeout, "the pool growing to 3 workers")
+        wait_for(lambda: sampler.size() == 3, scale_timeout, "the pool growing to 3 workers")
         timeline.mark("3 workers")
         assert a_worker <= sampler.workers(), "job A's worker went while A ran"
         detail = scaling.pending()
@@ -153,7 +162,7 @@ def grows_for_the_queue_and_shrinks_after_the_jobs(
         release_c.touch()
         c.join(60)
         ended = timeline.mark("job C ended")
-        wait_for(lambda: len(sampler.workers()) == 1, cooldown + scale_timeout, "the pool shrinking to 1 worker")
+        wait_for(lambda: sampler.size() == 1, cooldown + scale_timeout, "the pool shrinking to 1 worker")
         shrunk = timeline.mark("1 worker")
     finally:
         release_a.touch()

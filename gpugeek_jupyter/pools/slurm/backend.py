@@ -13,6 +13,7 @@ from ...dashboards import pool_dashboard_path
 from ...errors import BackendUnavailableError, Field, Phrase, PoolStartError, Setting, Value
 from ...polling import poll_until
 from .._backend import Outliving, ProgressCallback, RunningCluster
+from ..scheduler_workers import connected_workers
 from .cluster import pool_cluster_class
 from .commands import missing_commands, short_path
 from .credentials import copy_credentials, make_pool_folder, prune_pool_folders, remove_credentials_copy, shared_root
@@ -168,7 +169,7 @@ def _wait_for_workers(
         )
 
     def all_connected() -> bool:
-        ready = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        ready = len(connected_workers(client))
         if ready != seen.ready:
             on_progress(min(ready, spec.count), spec.count)
             seen.ready = ready
