@@ -29,6 +29,14 @@ def _run(kernel: KernelSession, cell: str) -> CellResult:
     return result
 
 
+def _run_with_id(kernel: KernelSession, cell: str) -> tuple[str, CellResult]:
+    """``_run``, also giving the request's id (to pick out the messages it caused)."""
+    msg_id = kernel.execute(cell)
+    result = kernel.collect(msg_id, timeout=120)
+    assert result.error is None, result.text
+    return msg_id, result
+
+
 def _with(result: CellResult, mime: str) -> list[dict[str, Any]]:
     return [d for d in result.displays if mime in d]
 
@@ -76,14 +84,11 @@ def test_each_ranks_hand_written_progress_line_is_redrawn_in_an_area_of_its_own(
         "    print(f'\\rstep {i} of 4 on rank {rank}', end='', flush=True)\n    time.sleep(0.15)\nprint()\n"
         "print('done', rank)"
     )
-    msg_id = kernel.execute(cell)
-    result = kernel.collect(msg_id, timeout=120)
-    assert result.error is None, result.text
+    msg_id, result = _run_with_id(kernel, cell)
     drawings: dict[str, list[str]] = {}  # display id -> what it said, in order
-    for msg in kernel.messages:
-        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] in ("display_data", "update_display_data"):
-            display_id = msg["content"].get("transient", {}).get("display_id")
-            drawings.setdefault(display_id, []).append(msg["content"]["data"]["text/plain"])
+    for msg in _messages_of(kernel, msg_id, "display_data", "update_display_data"):
+        display_id = msg["content"].get("transient", {}).get("display_id")
+        drawings.setdefault(display_id, []).append(msg["content"]["data"]["text/plain"])
     assert sorted(said[-1] for said in drawings.values()) == [
         "[rank 0] step 4 of 4 on rank 0",
         "[rank 1] step 4 of 4 on rank 1",
@@ -107,12 +112,13 @@ def test_a_cells_rich_last_value_is_shown_per_rank_as_itself_not_as_a_list(kerne
     assert _run(kernel, "[int(f['col'][0]) for f in frames]").displays[-1]["text/plain"] == "[0, 1]"
 
 
+def _messages_of(kernel: KernelSession, msg_id: str, *msg_types: str) -> list[dict[str, Any]]:
+    """The kernel's messages of these types that the request ``msg_id`` caused, in order."""
+    return [m for m in kernel.messages if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] in msg_types]
+
+
 def _comm_messages(kernel: KernelSession, msg_id: str) -> list[dict[str, Any]]:
-    return [
-        m
-        for m in kernel.messages
-        if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] in ("comm_open", "comm_msg")
-    ]
+    return _messages_of(kernel, msg_id, "comm_open", "comm_msg")
 
 
 def test_a_ranks_widget_is_made_in_the_kernel_and_follows_the_ranks_changes(kernel: KernelSession) -> None:
@@ -123,9 +129,7 @@ def test_a_ranks_widget_is_made_in_the_kernel_and_follows_the_ranks_changes(kern
         "for i in range(1, 5):\n    bar.value = i\n    time.sleep(0.05)\n"
         "box.children = [bar, w.Label(f'done on rank {rank}')]\n"
     )
-    msg_id = kernel.execute(cell)
-    result = kernel.collect(msg_id, timeout=120)
-    assert result.error is None, result.text
+    msg_id, result = _run_with_id(kernel, cell)
     comms = _comm_messages(kernel, msg_id)
     opened = {m["content"]["comm_id"]: m["content"]["data"]["state"] for m in comms if m["msg_type"] == "comm_open"}
     bars = {cid: s for cid, s in opened.items() if s.get("_model_name") == "IntProgressModel"}
