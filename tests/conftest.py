@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,19 @@ def _hypothesis_profiles() -> None:
 
 
 _hypothesis_profiles()
+
+
+def _interrupts_as_in_a_kernel() -> None:
+    """A suite started in the background by a non-interactive shell (``make test &``, ``nohup``)
+    inherits SIGINT ignored, and Python then installs no handler for it: no ``KeyboardInterrupt``
+    ever. The interrupt tests need the handler that every kernel and foreground run has; the
+    processes they start get it too (an ignored signal stays ignored across ``exec``, a handled one
+    does not)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_interrupts_as_in_a_kernel()
 
 
 @pytest.fixture(autouse=True)
