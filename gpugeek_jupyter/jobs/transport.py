@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import pickle
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 DIRECT_CONNECT_S = 5.0  # a worker not reachable within this is called through the scheduler
 SUBSCRIBE_CONFIRM_S = 10.0  # how long a new subscription may take to deliver its probe
+LAUNCH_SENT_S = 1.0  # how long a launch waits for the event loop to send the ranks' requests
 
 EventHandler = Callable[[dict[str, Any]], None]
 
@@ -111,8 +113,15 @@ class PoolTransport:
                 task.add_done_callback(functools.partial(_post_answer, events, address))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+            await asyncio.sleep(0)  # each call runs up to its first wait: a reachable worker's request is sent
 
-        asyncio.run_coroutine_threadsafe(launch_all(), self._loop())
+        # the caller waits until the requests are out: its next Python work (the attempt's watch)
+        # would otherwise take turns on the GIL with the loop's sending, and the ranks would start
+        # later and further apart (a barrier waits for the last). Bounded: a stuck loop is the
+        # watch's to report, not this call's
+        sent = asyncio.run_coroutine_threadsafe(launch_all(), self._loop())
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            sent.result(timeout=LAUNCH_SENT_S)
 
     async def _call(
         self, address: str, function: Callable[..., Any], *args: Any, pickled: tuple[bytes, bytes, bytes]
