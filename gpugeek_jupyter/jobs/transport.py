@@ -118,9 +118,9 @@ class PoolTransport:
         # the caller waits until the requests are out: its next Python work (the attempt's watch)
         # would otherwise take turns on the GIL with the loop's sending, and the ranks would start
         # later and further apart (a barrier waits for the last). Bounded: a stuck loop is the
-        # watch's to report, not this call's
+        # watch's to report, not this call's, and so is a loop that closed under it (a stopping pool)
         sent = asyncio.run_coroutine_threadsafe(launch_all(), self._loop())
-        with contextlib.suppress(concurrent.futures.TimeoutError):
+        with contextlib.suppress(concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
             sent.result(timeout=LAUNCH_SENT_S)
 
     async def _call(

@@ -23,18 +23,16 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
         yield session
 
 
-def _run(kernel: KernelSession, cell: str) -> CellResult:
-    result = kernel.run(cell, timeout=120)
-    assert result.error is None, result.text
-    return result
-
-
 def _run_with_id(kernel: KernelSession, cell: str) -> tuple[str, CellResult]:
-    """``_run``, also giving the request's id (to pick out the messages it caused)."""
+    """Run ``cell``, which must not fail; the request's id (to pick out the messages it caused) and its result."""
     msg_id = kernel.execute(cell)
     result = kernel.collect(msg_id, timeout=120)
     assert result.error is None, result.text
     return msg_id, result
+
+
+def _run(kernel: KernelSession, cell: str) -> CellResult:
+    return _run_with_id(kernel, cell)[1]
 
 
 def _with(result: CellResult, mime: str) -> list[dict[str, Any]]:
