@@ -166,7 +166,7 @@ def job(job_id: str) -> JobHandle:
     """The handle of job ``job_id`` from any process of the user: ``.status()``, ``.logs()``,
     ``.wait()``, ``.result()``, ``.cancel()``, ``.where()``, ``.metrics()`` (its ``gg.log`` values).
 
-    >>> gpugeek_jupyter.job("job-1a2b3c4d").wait().result().values   # doctest: +SKIP
+    >>> gpugeek_jupyter.job("job-1a2b3c4da910").wait().result().values   # doctest: +SKIP
     """
     from .detached import job as find_job
     from .errors import Surface, phrased_for

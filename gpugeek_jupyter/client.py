@@ -120,7 +120,7 @@ class ClusterClient:
         kernel included; the pool comes first, as NAME does in ``%gpugeek_jobs NAME --limit N``.
 
         >>> [j.id for j in ClusterClient().jobs("misc", limit=2)]   # doctest: +SKIP
-        ['job-3f2a9c7b', 'job-1b2c3d4e']
+        ['job-3f2a9c7b8c19', 'job-1b2c3d4ea017']
         """
         from .store import get_registry
 

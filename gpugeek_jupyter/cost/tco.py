@@ -120,10 +120,10 @@ def cost_report(
                 core=Phrase(
                     "name a pool, a job or all pools (e.g. {pool}, {job} or {all})",
                     pool=Setting(pool="dev"),
-                    job=Setting(job="job-3f2a9c1d"),
+                    job=Setting(job="job-3f2a9c1d8c19"),
                     all=Setting(all=True),
                 ),
-                magic="name a pool, a job or --all (e.g. %gpugeek_cost dev, --job job-3f2a9c1d or --all)",
+                magic="name a pool, a job or --all (e.g. %gpugeek_cost dev, --job job-3f2a9c1d8c19 or --all)",
             ),
             field="pool",
             rule="a pool, a job or all pools",

@@ -1,6 +1,6 @@
 """``JobHandle``: a job that runs without a kernel waiting for it, reachable from any process.
 
->>> handle = gpugeek_jupyter.job("job-1a2b3c4d")     # doctest: +SKIP
+>>> handle = gpugeek_jupyter.job("job-1a2b3c4da910")     # doctest: +SKIP
 >>> handle.status(), handle.wait(timeout=600).result().values     # doctest: +SKIP
 ('running', [0.29, 0.29])
 """

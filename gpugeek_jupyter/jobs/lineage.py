@@ -276,7 +276,7 @@ def lineage(target: str | os.PathLike[str], registry: Registry | None = None) ->
 
     >>> chain = gpugeek_jupyter.lineage("/ckpt/step-000000006.pt")      # doctest: +SKIP
     >>> chain.job_id, chain.resumed_from[0][1].inputs[0].fingerprint["sha256"][:12]   # doctest: +SKIP
-    ('job-b2c3d4e5', '6b1d9b4b62e8')
+    ('job-b2c3d4e50178', '6b1d9b4b62e8')
     """
     from ..errors import NotFoundError, Phrase, Value
     from ..store import get_registry
@@ -293,7 +293,7 @@ def lineage(target: str | os.PathLike[str], registry: Registry | None = None) ->
                     "{value} is neither a job nor a checkpoint any job of this registry wrote (unknown origin); "
                     "e.g. {example}",
                     value=Value(text),
-                    example="job-1a2b3c4d or /ckpt/step-000000003.pt",
+                    example="job-1a2b3c4da910 or /ckpt/step-000000003.pt",
                 )
             ) from None
         return trace(writer.job_id, registry)

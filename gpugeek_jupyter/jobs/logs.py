@@ -12,7 +12,7 @@ The ranks' states are for readers in other processes (the side panel's job view,
 and at its end; a shorter one has its final states in its registry row only. A job that printed
 nothing makes no folder.
 
->>> JobLogs.read("job-3f2a9c7b", rank=1)    # doctest: +SKIP
+>>> JobLogs.read("job-3f2a9c7b8c19", rank=1)    # doctest: +SKIP
 'epoch 0: loss 0.91\\n...'
 """
 

@@ -63,7 +63,7 @@ def is_detached(job: JobRow) -> bool:
 
 
 def describe_job(job: JobRow, now: float) -> str:
-    """``job-1a2b3c4d (notebook train.ipynb, running 12 s)``: a job as the people waiting for it see it."""
+    """``job-1a2b3c4da910 (notebook train.ipynb, running 12 s)``: a job as the people waiting for it see it."""
     state = f"running {now - job.started_at:.0f} s" if job.status is JobStatus.RUNNING else "queued"
     return f"{job.id} ({job.submitter or 'an earlier release'}, {state})"
 
@@ -83,7 +83,7 @@ class QueueWait:
         return self.ahead[0]
 
     def describe(self) -> str:
-        """``waiting for job-1a2b3c4d (notebook train.ipynb, running 12 s); 1 more job ahead``."""
+        """``waiting for job-1a2b3c4da910 (notebook train.ipynb, running 12 s); 1 more job ahead``."""
         more = len(self.ahead) - 1
         behind = f"{more} more job{'s' if more > 1 else ''} ahead" if more else "next in line"
         return (

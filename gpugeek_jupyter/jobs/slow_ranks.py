@@ -9,7 +9,7 @@ steps its mean step time is more than ``SLOW_FACTOR`` (1.2: 20 %) of the median 
 least ``MIN_GAP_S`` (5 ms) longer, and it was slower than the median in at least ``SLOW_SHARE``
 (3/4) of those steps (a few hiccups of a loaded host neither make nor break it):
 
-    job job-3f2a9c7b: rank 1 (host gpu-b) is slower than the others: 61.3 ms a step over the last
+    job job-3f2a9c7b8c19: rank 1 (host gpu-b) is slower than the others: 61.3 ms a step over the last
     20 steps, the median rank 11.2 ms (the rule: over 20% and 5 ms slower than the median on
     average over 20 steps, and slower in at least 15 of them)
 

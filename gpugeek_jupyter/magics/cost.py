@@ -146,7 +146,7 @@ class CostMagics(Magics):
         More examples::
 
             In [2]: %gpugeek_cost --all --since 2026-11-01 --csv cost.csv --chart -o report
-            In [3]: %gpugeek_cost --job job-3f2a9c1d
+            In [3]: %gpugeek_cost --job job-3f2a9c1d8c19
             In [4]: %gpugeek_cost dev --storage-gb 500 --network-gb 40
 
         The table is a summary (pool, job, hours, USD, idle share of the sampled time); ``--detail``

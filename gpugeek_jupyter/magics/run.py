@@ -186,7 +186,7 @@ class JobMagics(Magics):
 
         A pool runs one job at a time, whichever notebook sends it: on a busy pool the cell waits
         its turn, and says so in one line updated in place (``pool 'dev' is busy: job-... is
-        waiting for job-1a2b3c4d (notebook train.ipynb, running 12 s); next in line``); an
+        waiting for job-1a2b3c4da910 (notebook train.ipynb, running 12 s); next in line``); an
         interrupt takes it out of the queue. ``--no-wait`` fails at once instead, naming the job
         that holds the pool. ``--timeout`` counts from the start of the run, not of the wait.
             [rank 1] offline
@@ -354,10 +354,10 @@ class JobMagics(Magics):
     def gpugeek_attach(self, line: str) -> None:
         """Example::
 
-            In [1]: %gpugeek_attach job-1a2b3c4d
+            In [1]: %gpugeek_attach job-1a2b3c4da910
             [ranks 0-1] epoch 3: loss 0.41
             ...
-            [gpugeek] job-1a2b3c4d succeeded
+            [gpugeek] job-1a2b3c4da910 succeeded
 
         Show a job's output so far, as its cell would have (grouped lines, progress bars at their
         state), then follow it live until it ends; from any kernel of the user, also after the
@@ -368,9 +368,9 @@ class JobMagics(Magics):
         from ..jobs.output import output_writer
         from ..widgets.progress import progress_display
 
-        args = parse_options(self.gpugeek_attach, line, "job-1a2b3c4d")
+        args = parse_options(self.gpugeek_attach, line, "job-1a2b3c4da910")
         if args.job is None:
-            raise UsageError("name the job to attach to (e.g. %gpugeek_attach job-1a2b3c4d; see %gpugeek_jobs)")
+            raise UsageError("name the job to attach to (e.g. %gpugeek_attach job-1a2b3c4da910; see %gpugeek_jobs)")
         with usage_errors():
             if args.out is not None and (not args.out.isidentifier() or keyword.iskeyword(args.out)):
                 raise SpecError(field="out", value=args.out, rule="a variable name", example="losses")
@@ -419,8 +419,8 @@ class JobMagics(Magics):
     def gpugeek_cancel(self, line: str) -> None:
         """Example::
 
-            In [1]: %gpugeek_cancel job-1a2b3c4d
-            [gpugeek] job-1a2b3c4d cancelled: cancelled from notebook b.ipynb
+            In [1]: %gpugeek_cancel job-1a2b3c4da910
+            [gpugeek] job-1a2b3c4da910 cancelled: cancelled from notebook b.ipynb
 
         Stop a running or queued job, whichever notebook, script or detached agent of the user runs
         it: its ranks stop as when its own cell is interrupted (the cell there ends ``cancelled``,
@@ -429,9 +429,9 @@ class JobMagics(Magics):
         from ..detached import job
         from ..jobs.pool_queue import this_submitter
 
-        args = parse_options(self.gpugeek_cancel, line, "job-1a2b3c4d")
+        args = parse_options(self.gpugeek_cancel, line, "job-1a2b3c4da910")
         if args.job is None:
-            raise UsageError("name the job to cancel (e.g. %gpugeek_cancel job-1a2b3c4d; see %gpugeek_jobs)")
+            raise UsageError("name the job to cancel (e.g. %gpugeek_cancel job-1a2b3c4da910; see %gpugeek_jobs)")
         with usage_errors():
             handle = job(args.job)
             if handle.record().status.is_final:
@@ -449,9 +449,9 @@ class JobMagics(Magics):
         """Example::
 
             In [1]: %gpugeek_lineage /ckpt/step-000000006.pt
-            job-b2c3d4e5 (succeeded, pool dev)
-              resumed from /ckpt/step-000000003.pt (step 3, written by job-a1b2c3d4)
-                job-a1b2c3d4 (succeeded, pool dev)
+            job-b2c3d4e50178 (succeeded, pool dev)
+              resumed from /ckpt/step-000000003.pt (step 3, written by job-a1b2c3d49a01)
+                job-a1b2c3d49a01 (succeeded, pool dev)
                   read /data/train.csv (file, 1.2 MB, sha256 6b1d9b4b62e8)
                   wrote /ckpt/step-000000003.pt (step 3)
               wrote /ckpt/step-000000006.pt (step 6)
@@ -462,9 +462,9 @@ class JobMagics(Magics):
         """
         from ..jobs.lineage import lineage
 
-        args = parse_options(self.gpugeek_lineage, line, "job-1a2b3c4d")
+        args = parse_options(self.gpugeek_lineage, line, "job-1a2b3c4da910")
         if args.target is None:
-            raise UsageError("name a job or a checkpoint (e.g. %gpugeek_lineage job-1a2b3c4d; see %gpugeek_jobs)")
+            raise UsageError("name a job or a checkpoint (e.g. %gpugeek_lineage job-1a2b3c4da910; see %gpugeek_jobs)")
         with usage_errors():
             print(lineage(args.target))
 
@@ -478,8 +478,8 @@ class JobMagics(Magics):
             In [1]: %gpugeek_jobs dev --limit 2
             Out[1]:
                          id pool  kind     status  ranks  restarts              started  duration_s exit codes ...
-            0  job-8c41f2d0  dev  cell  succeeded      2         0  2026-11-30 09:14:41       0.012     [0, 0] ...
-            1  job-3f2a9c1d  dev  cell     failed      2         0  2026-11-30 09:14:02       0.020     [0, 1] ...
+            0  job-8c41f2d0b7fa  dev  cell  succeeded      2         0  2026-11-30 09:14:41       0.012     [0, 0] ...
+            1  job-3f2a9c1d8c19  dev  cell     failed      2         0  2026-11-30 09:14:02       0.020     [0, 1] ...
 
         The job records of the registry, newest first, from every kernel: of pool NAME (or
         ``--pool NAME``), else of every pool.
@@ -579,7 +579,7 @@ class JobMagics(Magics):
     def gpugeek_logs(self, line: str) -> None:
         """Example::
 
-            In [1]: %gpugeek_logs job-3f2a9c7b --rank 1
+            In [1]: %gpugeek_logs job-3f2a9c7b8c19 --rank 1
             epoch 0: loss 0.91
             epoch 1: loss 0.48
 
@@ -591,10 +591,10 @@ class JobMagics(Magics):
         from ..jobs.logs import JobLogs, logs_root
         from ..store import get_registry
 
-        args = parse_options(self.gpugeek_logs, line, "job-3f2a9c7b --rank 1")
+        args = parse_options(self.gpugeek_logs, line, "job-3f2a9c7b8c19 --rank 1")
         if not args.job:
             raise UsageError(
-                "%gpugeek_logs needs a job id (e.g. %gpugeek_logs job-3f2a9c7b --rank 1; %gpugeek_jobs lists them)"
+                "%gpugeek_logs needs a job id (e.g. %gpugeek_logs job-3f2a9c7b8c19 --rank 1; %gpugeek_jobs lists them)"
             )
         with usage_errors():
             rank = _number(args.rank, "--rank", 1, integer=True)

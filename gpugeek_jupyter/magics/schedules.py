@@ -144,7 +144,7 @@ class ScheduleMagics(Magics):
 
             In [1]: %gpugeek_schedules
             name   status  when       next run  last run   job           cost
-            daily  active  every 1d   in 23h    succeeded  job-1a2b3c4d  $0.0004
+            daily  active  every 1d   in 23h    succeeded  job-1a2b3c4da910  $0.0004
 
             In [2]: %gpugeek_schedules pause daily
 

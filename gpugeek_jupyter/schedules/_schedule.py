@@ -225,7 +225,7 @@ class Schedule:
 
     >>> daily = gpugeek_jupyter.schedule(script_path="train.py", every="1d", gpu_type="cpu", count=2)  # doctest: +SKIP
     >>> [(r.status.value, r.job_id) for r in daily.runs()]          # doctest: +SKIP
-    [('succeeded', 'job-1a2b3c4d')]
+    [('succeeded', 'job-1a2b3c4da910')]
     """
 
     def __init__(self, schedule_id: str) -> None:

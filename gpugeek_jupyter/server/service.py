@@ -339,8 +339,8 @@ class GpugeekService:
         A job that has ended while a rank is still recorded ``running`` lost its driver (the kernel
         died): that rank is ``lost``, not running.
 
-        >>> service.job_output("job-3f2a9c7b", lines=2)  # doctest: +SKIP
-        {'job': 'job-3f2a9c7b', 'status': 'running', 'ranks': [{'rank': 0, 'state': 'running'}, ...],
+        >>> service.job_output("job-3f2a9c7b8c19", lines=2)  # doctest: +SKIP
+        {'job': 'job-3f2a9c7b8c19', 'status': 'running', 'ranks': [{'rank': 0, 'state': 'running'}, ...],
          'tail': '[ranks 0-1] step 41\n[ranks 0-1] step 42'}
         """
         from ..jobs.logs import JobLogs
@@ -376,8 +376,8 @@ class GpugeekService:
         line (attempt, rank, metric) thinned for a chart to at most that many rows, line by line
         (its first and last, each run's lowest and highest), read on from the previous such read.
 
-        >>> service.job_metrics("job-3f2a9c7b", name="loss")  # doctest: +SKIP
-        {'job': 'job-3f2a9c7b', 'status': 'running', 'names': ['loss'],
+        >>> service.job_metrics("job-3f2a9c7b8c19", name="loss")  # doctest: +SKIP
+        {'job': 'job-3f2a9c7b8c19', 'status': 'running', 'names': ['loss'],
          'metrics': [{'attempt': 0, 'rank': 0, 'step': 0, 'time': 1764688000.1, 'name': 'loss', 'value': 2.3}, ...]}
         """
         from ..jobs.metrics import metrics_records

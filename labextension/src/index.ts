@@ -216,7 +216,7 @@ function addJobTabs(app: JupyterFrontEnd, api: GpugeekApi, restorer: ILayoutRest
         {
           tracker,
           keyOf: tab => tab.jobId,
-          ask: { title: 'Open job', placeholder: 'job id, e.g. job-1a2b3c4d' },
+          ask: { title: 'Open job', placeholder: 'job id, e.g. job-1a2b3c4da910' },
           make: id => ({ content: new JobTab(api, id), id: jobTabId(id), label: `Job ${id}` })
         },
         args.id ? String(args.id) : ''

@@ -53,7 +53,7 @@ def test_a_detached_job_is_listed_running_after_a_server_restart_and_its_end_is_
         )
         assert launched.error is None, launched.text
         submitted = kernel.run(CELL.format(release=str(release)), timeout=60)
-        job_id = re.search(r"(job-[0-9a-f]{8}) runs on pool 'kept', detached", submitted.stdout)
+        job_id = re.search(r"(job-[0-9a-f]{12}) runs on pool 'kept', detached", submitted.stdout)
         assert job_id, submitted.text
         job = job_id.group(1)
         assert first is not None
@@ -78,7 +78,7 @@ def test_a_detached_job_is_listed_running_after_a_server_restart_and_its_end_is_
 
             # a second one, never released, is cancelled from the panel's Cancel button
             held = kernel.run(CELL.format(release=str(tmp_path / "never")), timeout=60)
-            held_id = re.search(r"(job-[0-9a-f]{8}) runs on pool 'kept', detached", held.stdout)
+            held_id = re.search(r"(job-[0-9a-f]{12}) runs on pool 'kept', detached", held.stdout)
             assert held_id, held.text
             held_row = panel.locator(f'.gpugeek-job-row[data-job-id="{held_id.group(1)}"]')
             expect(held_row.locator(".gpugeek-status")).to_have_text("running", timeout=READY_TIMEOUT_MS)

@@ -58,7 +58,7 @@ def test_the_schedules_sidebar_lists_a_schedule_with_its_next_run_and_then_its_l
     expect(row.locator(".gpugeek-schedule-last")).to_have_text("last run no run yet")
 
     hourly = panel.locator('.gpugeek-schedule[data-schedule="hourly"]')  # an interval's first run is now
-    job_text = re.compile(r"^last run succeeded \(job-[0-9a-f]{8}, \$\d+\.\d{4}\)$")
+    job_text = re.compile(r"^last run succeeded \(job-[0-9a-f]{12}, \$\d+\.\d{4}\)$")
     expect(hourly.locator(".gpugeek-schedule-last")).to_have_text(job_text, timeout=120_000)
     expect(hourly.locator(".gpugeek-schedule-next")).to_have_text(re.compile(r"^next run in (1h 00m|\d+m \d\ds)$"))
     page.screenshot(path=str(artifacts / "schedules-sidebar.png"))

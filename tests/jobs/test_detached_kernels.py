@@ -40,7 +40,7 @@ def _launch_kept(kernel: KernelSession) -> None:
 
 def _submitted_id(result: Any) -> str:
     assert result.error is None, result.text
-    found = re.search(r"\[gpugeek\] (job-[0-9a-f]{8}) runs on pool 'kept', detached", result.stdout)
+    found = re.search(r"\[gpugeek\] (job-[0-9a-f]{12}) runs on pool 'kept', detached", result.stdout)
     assert found, result.text
     return found.group(1)
 
@@ -109,7 +109,7 @@ def test_a_detached_cell_on_this_kernels_pool_makes_it_kept_and_another_kernels_
         "[gpugeek] pool 'here' is kept now: the agent launched it again (2 x cpu), so it and the job outlive "
         "this process; what its old workers held is gone\n"
     ), detached.text
-    found = re.search(r"(job-[0-9a-f]{8}) runs on pool 'here', detached", detached.stdout)
+    found = re.search(r"(job-[0-9a-f]{12}) runs on pool 'here', detached", detached.stdout)
     assert found, detached.text
     assert gpugeek_jupyter.job(found.group(1)).wait(timeout=120).result().values == [10, 11]
     record = get_registry().latest_pool("here")
