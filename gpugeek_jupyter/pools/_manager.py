@@ -43,6 +43,7 @@ from .credentials import (
 )
 from .dashboard_socket import prepare_dashboard_socket, prune_dashboard_sockets, remove_dashboard_socket
 from .scheduler_workers import connected_workers
+from .scratch import remove_process_folder_at_exit
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ class PoolManager:
         self._task = threading.local()  # the deadline of the housekeeping task on this thread
         self._threads: list[threading.Thread] = []
         self._stop_event = threading.Event()
+        remove_process_folder_at_exit()  # registered first, so it runs after this shutdown
         atexit.register(self.shutdown)
 
     # -- plugins ---------------------------------------------------------------------------------

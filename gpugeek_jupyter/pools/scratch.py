@@ -218,6 +218,19 @@ def _remove_process_folder() -> None:
     prune_scratch()
 
 
-# Registered at import, before any PoolManager registers its shutdown: atexit runs handlers last in,
-# first out, so this runs after the pools of this process have stopped.
-atexit.register(_remove_process_folder)
+_removal_registered = False
+
+
+def remove_process_folder_at_exit() -> None:
+    """Have this process's folder removed at its exit, once. A pool manager calls it before it
+    registers its own shutdown: atexit runs handlers last in, first out, so the folder goes after
+    the pools have stopped (before, the folder went under their scheduler and workers, which still
+    held their folders there, when the manager was made before this module was imported)."""
+    global _removal_registered
+    with _lock:
+        if not _removal_registered:
+            _removal_registered = True
+            atexit.register(_remove_process_folder)
+
+
+remove_process_folder_at_exit()  # a process that makes folders without a manager removes them too

@@ -96,6 +96,28 @@ def test_a_script_that_ends_without_stopping_its_pool_exits_quietly(tmp_path: Pa
     assert _alarming_lines(done.stdout + done.stderr) == [], done.stderr
 
 
+def test_a_shell_that_loaded_the_extension_and_exits_with_its_pool_up_exits_quietly(tmp_path: Path) -> None:
+    """The extension made the pool manager before anything imported the pools' scratch folders:
+    the folders must still go after the pools stop, not under their scheduler and workers (dask
+    logged an ERROR for each of their folders it found gone)."""
+    done = _run_script(
+        tmp_path,
+        """
+        from IPython.core.interactiveshell import InteractiveShell
+
+        import gpugeek_jupyter
+
+        shell = InteractiveShell.instance()
+        shell.run_cell("%load_ext gpugeek_jupyter", store_history=False)
+        pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, name="left-up")
+        print("up", len(pool.client.scheduler_info(n_workers=-1)["workers"]))
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["up 2"]
+    assert _alarming_lines(done.stdout + done.stderr) == [], done.stderr
+
+
 def test_the_log_level_turns_dasks_own_account_back_on(tmp_path: Path) -> None:
     done = _run_script(tmp_path, LAUNCH_RUN_STOP, GPUGEEK_LOG_LEVEL="info")
     assert done.returncode == 0, done.stderr
