@@ -655,6 +655,8 @@ def _script_flag_in(line: str) -> str:
 def _job_env(assignments: list[str]) -> dict[str, str]:
     """``--env NAME=VALUE`` options as a dict; a bad one is a JobEnvError naming it (phrased by
     ``usage_errors``: ``--env 'RANK': torchrun's own variables ...``)."""
+    if not assignments:  # the common case, on every cell's way
+        return {}
     from ..jobs.job_env import check_job_env, parse_assignments
 
     return check_job_env(parse_assignments(assignments))

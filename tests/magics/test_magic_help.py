@@ -132,3 +132,23 @@ def test_track_is_a_flag_with_an_optional_uri_and_a_bad_one_is_one_line(shell: I
         "--track needs a tracking server: set GPUGEEK_MLFLOW_URI (GpugeekConfig.mlflow_tracking_uri), "
         "or name one (e.g. --track http://127.0.0.1:5000)"
     )
+
+
+def test_a_line_parsed_again_gives_the_same_options_as_a_copy_of_its_own() -> None:
+    """Option lines are parsed once (a notebook sends the same few again and again): each caller gets
+    options it may change without changing the next caller's."""
+    from gpugeek_jupyter.magics import _common
+
+    run = magic_functions()["gpugeek_run"]
+    line = "--pool dev --env A=1 --env B=2 --timeout 60"
+    first = _common.parse_options(run, line, "--pool dev")
+    first.env.append("C=3")
+    first.timeout = "1"
+    again = _common.parse_options(run, line, "--pool dev")
+    assert (again.pool, again.env, again.timeout) == ("dev", ["A=1", "B=2"], "60")
+    assert vars(again) == vars(_common._parse(run, line, "--pool dev"))
+    with pytest.raises(UsageError, match=r"--no-such-flag.*e\.g\. %gpugeek_run --pool dev"):
+        _common.parse_options(run, "--no-such-flag", "--pool dev")
+    for n in range(_common.PARSED_LINES_KEPT + 10):
+        _common.parse_options(run, f"--pool p{n}", "--pool dev")
+    assert len(_common._parsed) == _common.PARSED_LINES_KEPT
