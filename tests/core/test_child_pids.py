@@ -1,0 +1,34 @@
+"""``children.child_pids``: every process below this one, read from Linux's per-thread lists."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+from gpugeek_jupyter.jobs import children
+
+
+def test_children_and_grandchildren_of_every_thread_are_listed_and_ended_ones_are_not() -> None:
+    before = children.child_pids()  # the suite's own (a forkserver, servers) are not this test's
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start_one() -> None:  # from a thread of its own: Linux lists a child under the thread that made it
+        grandchild = "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
+        started.append(subprocess.Popen([sys.executable, "-c", grandchild]))
+
+    thread = threading.Thread(target=start_one)
+    thread.start()
+    thread.join()  # an ended thread's list is gone: its children are listed under the process's main thread
+    direct = started[0].pid
+    deadline = time.monotonic() + 30
+    while len(found := children.child_pids() - before) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert direct in found
+        assert len(found) == 2  # the child and its sleep
+    finally:
+        children.end_new_children(before, "the test is over")
+        started[0].wait(timeout=30)
+    assert direct not in children.child_pids()
