@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 # 48 random bits: a registry of a million jobs gives a new job a taken id with odds of 1 in 2.8e8
-# (at 32 bits a user's 50,000th cell would have met one in about one case in four, over the run)
+# (at 32 bits, 50,000 cells met a taken id about one time in four)
 JOB_ID_BYTES = 6
 
 

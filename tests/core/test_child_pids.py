@@ -20,7 +20,7 @@ def test_children_and_grandchildren_of_every_thread_are_listed_and_ended_ones_ar
 
     thread = threading.Thread(target=start_one)
     thread.start()
-    thread.join()  # an ended thread's list is gone: its children are listed under the process's main thread
+    thread.join()  # its list is gone with it: Linux hands its children to another thread of the process
     direct = started[0].pid
     deadline = time.monotonic() + 30
     while len(found := children.child_pids() - before) < 2 and time.monotonic() < deadline:

@@ -110,7 +110,7 @@ def test_a_shell_that_loaded_the_extension_and_exits_with_its_pool_up_exits_quie
         shell = InteractiveShell.instance()
         shell.run_cell("%load_ext gpugeek_jupyter", store_history=False)
         pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, name="left-up")
-        print("up", len(pool.client.scheduler_info(n_workers=-1)["workers"]))
+        print("up", len(pool.worker_addresses()))
         """,
     )
     assert done.returncode == 0, done.stderr
