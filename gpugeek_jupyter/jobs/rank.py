@@ -445,8 +445,6 @@ def _execute(
                 outcome.error = one_line(e)
                 outcome.traceback = format_user_traceback(e)
                 outcome.peer_failure = is_peer_failure(e)
-                if not isinstance(e, Exception):
-                    log.warning("rank %d: job %s ended by %s", slot.rank, job.job_id, type(e).__name__)
             finally:
                 _clear_pending_cancel(active)
                 if outcome.status != "ok" or is_script:

@@ -15,7 +15,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument
 
-from ..errors import GpugeekError, Surface
+from ..errors import GpugeekError, SpecError, Surface
 
 # keyword -> flag where a magic's flag is not "--" + the keyword with '-' for '_' ("" = positional).
 # Options are named as the Python keywords and JSON fields are (tests/core/test_vocabulary.py), so
@@ -107,6 +107,22 @@ def _parse(magic: Any, line: str, example: str) -> argparse.Namespace:
     except UsageError as e:
         name = magic.__name__
         raise UsageError(f"{e} (see %{name}? for the options; e.g. %{name} {example})") from None
+
+
+def option_number(text: str | None, field: str, example: float, integer: bool = False) -> Any:
+    """The number an option was given (``None`` when it was not): an int when written as one, so that
+    a check further on names it as typed (``-3``, not ``-3.0``); ``integer``: only a whole number."""
+    if text is None:
+        return None
+    try:
+        return int(str(text))
+    except ValueError:
+        if integer:
+            raise SpecError(field=field, value=text, rule="a whole number", example=example) from None
+    try:
+        return float(str(text))
+    except ValueError:
+        raise SpecError(field=field, value=text, rule="a number", example=example) from None
 
 
 def local_time(timestamp: float, seconds: bool = True) -> str:

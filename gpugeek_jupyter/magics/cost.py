@@ -13,11 +13,10 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..cost import ledger, tco
-from ..errors import SpecError
 from ..pools import PoolLifecyclePlugin
 from ..runtime import get_pool_manager
 from ..widgets.cost_chart import bar_chart
-from ._common import chosen_pool, local_time, parse_options, pool_arguments, usage_errors
+from ._common import chosen_pool, local_time, option_number, parse_options, pool_arguments, usage_errors
 
 # the summary: what a person reads first; --detail shows _DETAIL (every part of the cost)
 _SUMMARY = ["pool", "job", "hours", "USD", "idle"]
@@ -252,8 +251,8 @@ class CostMagics(Magics):
         ledger.record_data_volume(
             registry,
             pool_id,
-            storage_gb=_number(args.storage_gb, "storage_gb", 500),
-            network_gb=_number(args.network_gb, "network_gb", 40),
+            storage_gb=option_number(args.storage_gb, "storage_gb", 500),
+            network_gb=option_number(args.network_gb, "network_gb", 40),
             job_id=job_id,
             stated=True,
         )
@@ -315,21 +314,21 @@ class CostMagics(Magics):
             raise UsageError(
                 "no pool to compare: name one or give --gpu-type (e.g. %gpugeek_tco --gpu-type H100-80GB --hours-per-month 200)"
             )
-        count: Any = _number(args.count, "count", 8)  # compare_owned says when it is not whole
+        count: Any = option_number(args.count, "count", 8)  # compare_owned says when it is not whole
         if count is None:
             count = pool_count if pool_count and pool_type == gpu_type else 1
-        hours = _number(args.hours_per_month, "hours_per_month", 200)
+        hours = option_number(args.hours_per_month, "hours_per_month", 200)
         if hours is None:
             hours = tco.usage_hours_per_month(manager.registry, gpu_type)
         options: dict[str, Any] = {
             "pricing": args.pricing,
-            "price": _number(args.price, "price", 2.1),
-            "purchase_usd": _number(args.purchase_usd, "purchase_usd", 30000),
-            "power_watts": _number(args.power_watts, "power_watts", 700),
-            "power_usd_per_kwh": _number(args.power_usd_per_kwh, "power_usd_per_kwh", 0.12),
-            "pue": _number(args.pue, "pue", 1.4),
-            "amortization_months": _number(args.amortization_months, "amortization_months", 36),
-            "overhead_usd_per_month": _number(args.overhead_usd_per_month, "overhead_usd_per_month", 150),
+            "price": option_number(args.price, "price", 2.1),
+            "purchase_usd": option_number(args.purchase_usd, "purchase_usd", 30000),
+            "power_watts": option_number(args.power_watts, "power_watts", 700),
+            "power_usd_per_kwh": option_number(args.power_usd_per_kwh, "power_usd_per_kwh", 0.12),
+            "pue": option_number(args.pue, "pue", 1.4),
+            "amortization_months": option_number(args.amortization_months, "amortization_months", 36),
+            "overhead_usd_per_month": option_number(args.overhead_usd_per_month, "overhead_usd_per_month", 150),
         }
         options = {k: v for k, v in options.items() if v is not None}
         yours = tco.compare_owned(gpu_type, hours, count=count, **options)
@@ -427,17 +426,3 @@ def _pool_lines(b: ledger.CostBreakdown) -> str:
         ids = ",".join(b.slurm_job_ids)
         lines.append(f"  Slurm jobs {ids} (what the site charged: sacct -j {ids})")
     return "\n".join(lines)
-
-
-def _number(text: str | None, field: str, example: float) -> float | None:
-    """An option's number (an int when written as one, so errors show it as typed); None if not given."""
-    if text in (None, ""):
-        return None
-    try:
-        return int(str(text))
-    except ValueError:
-        pass
-    try:
-        return float(str(text))
-    except ValueError:
-        raise SpecError(field=field, value=text, rule="a number", example=example) from None

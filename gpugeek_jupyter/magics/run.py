@@ -14,7 +14,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..client import DEFAULT_JOBS_LIMIT
 from ..errors import Phrase, SpecError
-from ._common import chosen_pool, local_time, parse_options, pool_arguments, usage_errors
+from ._common import chosen_pool, local_time, option_number, parse_options, pool_arguments, usage_errors
 from ._rank_displays import RankDisplays
 from ._rank_redraws import redrawn_in_place
 
@@ -68,18 +68,6 @@ def job_table(records: list[Any], positions: dict[str, int] | None = None) -> An
         for r in records
     ]
     return pd.DataFrame(rows, columns=columns)
-
-
-def _number(value: str | None, flag: str, example: int, integer: bool = False) -> Any:
-    if value is None:
-        return None
-    try:
-        number = int(value) if integer else float(value)
-    except ValueError:
-        kind = "a whole number" if integer else "a number"
-        field = flag.lstrip("-").replace("-", "_")
-        raise SpecError(field=field, value=value, rule=kind, example=example) from None
-    return number
 
 
 @magics_class
@@ -218,9 +206,9 @@ class JobMagics(Magics):
         assert shell is not None
         with usage_errors():
             pool = self._pool(args.pool)
-            timeout = _number(args.timeout, "--timeout", 600)
-            max_restarts = _number(args.max_restarts, "--max-restarts", 2, integer=True)
-            min_ranks = _number(args.min_ranks, "--min-ranks", 2, integer=True)
+            timeout = option_number(args.timeout, "timeout", 600)
+            max_restarts = option_number(args.max_restarts, "max_restarts", 2, integer=True)
+            min_ranks = option_number(args.min_ranks, "min_ranks", 2, integer=True)
             if args.out is not None and (not args.out.isidentifier() or keyword.iskeyword(args.out)):
                 raise SpecError(
                     Phrase("{field} needs {rule}, got {value} (e.g. {example})"),
@@ -489,7 +477,7 @@ class JobMagics(Magics):
         args = parse_options(self.gpugeek_jobs, line, "dev --limit 20")
         pool = chosen_pool(args, "gpugeek_jobs", "dev --limit 20")
         with usage_errors():
-            limit = _number(args.limit, "--limit", 20, integer=True)
+            limit = option_number(args.limit, "limit", 20, integer=True)
             if limit < 1:
                 raise SpecError(field="limit", value=args.limit, rule="a whole number >= 1", example=20)
             registry = get_registry()
@@ -564,7 +552,7 @@ class JobMagics(Magics):
         if not args.name.isidentifier() or keyword.iskeyword(args.name):
             raise UsageError(f"%gpugeek_pull takes a variable name, got {args.name!r} (e.g. %gpugeek_pull losses)")
         with usage_errors():
-            rank = _number(args.rank, "--rank", 1, integer=True)
+            rank = option_number(args.rank, "rank", 1, integer=True)
             target = args.out or args.name
             if not target.isidentifier() or keyword.iskeyword(target):
                 raise SpecError(field="out", value=target, rule="a variable name", example="losses")
@@ -597,7 +585,7 @@ class JobMagics(Magics):
                 "%gpugeek_logs needs a job id (e.g. %gpugeek_logs job-3f2a9c7b8c19 --rank 1; %gpugeek_jobs lists them)"
             )
         with usage_errors():
-            rank = _number(args.rank, "--rank", 1, integer=True)
+            rank = option_number(args.rank, "rank", 1, integer=True)
             record = get_registry().job(args.job)
         ranks = JobLogs.ranks(record.id)
         if not ranks:

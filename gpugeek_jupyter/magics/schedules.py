@@ -11,7 +11,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ._common import local_time, parse_options, usage_errors
+from ._common import local_time, option_number, parse_options, usage_errors
 
 _SCHEDULE_EXAMPLE = "--every 1d --gpu-type cpu --count 2"
 _SCRIPT_EXAMPLE = "%gpugeek_schedule --script-path train.py --every 1d --gpu-type cpu --count 2"
@@ -98,8 +98,8 @@ class ScheduleMagics(Magics):
             from ..jobs import cell_request, script_request
 
             common: dict[str, Any] = {
-                "timeout": _number(args.timeout, "timeout", 3600),
-                "max_restarts": _number(args.max_restarts, "max_restarts", 2, integer=True),
+                "timeout": option_number(args.timeout, "timeout", 3600),
+                "max_restarts": option_number(args.max_restarts, "max_restarts", 2, integer=True),
                 "env": parse_assignments(args.env),
             }
             if args.script_path is not None:
@@ -116,7 +116,7 @@ class ScheduleMagics(Magics):
                 pool=args.pool,
                 name=args.name,
                 overlap=args.overlap,
-                max_failures=_number(args.max_failures, "max_failures", 3, integer=True),
+                max_failures=option_number(args.max_failures, "max_failures", 3, integer=True),
                 checkpoints=args.checkpoints,
                 pool_options=pool_options(
                     gpu_type=args.gpu_type,
@@ -201,19 +201,6 @@ def _when(at: float) -> str:
 
         return f"in {format_seconds(round(left) if left < 120 else round(left / 60) * 60)}"
     return local_time(at, seconds=False)
-
-
-def _number(value: str | None, field: str, example: int, integer: bool = False) -> Any:
-    if value is None:
-        return None
-    from ..errors import SpecError
-
-    try:
-        return int(value) if integer else float(value)
-    except ValueError:
-        raise SpecError(
-            field=field, value=value, rule="a whole number" if integer else "a number", example=example
-        ) from None
 
 
 def _who() -> str:

@@ -49,6 +49,17 @@ def test_failing_rank_raises_with_its_traceback(shell: Any, capsys: pytest.Captu
     assert run(shell, "%%gpugeek_run\nrank").result == [0, 1]
 
 
+def test_a_cell_ended_by_system_exit_fails_once_in_words(shell: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """As IPython takes it (an error, not an exit); the worker's log line about it stays out of the cell."""
+    from gpugeek_jupyter.jobs.result import JobFailed
+
+    result = run(shell, "%%gpugeek_run\nraise SystemExit(3)")
+    assert isinstance(result.error_in_exec, JobFailed) and "SystemExit: 3" in str(result.error_in_exec)
+    shown = capsys.readouterr()
+    assert "ended by SystemExit" not in shown.out + shown.err, shown
+    assert run(shell, "%%gpugeek_run\nrank").result == [0, 1]
+
+
 def test_line_magic_runs_a_script_with_its_arguments(
     shell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -64,7 +75,9 @@ def test_line_magic_runs_a_script_with_its_arguments(
     [
         ("%gpugeek_run", "as a line magic runs a script"),
         ("%%gpugeek_run --timeout soon\nrank", "--timeout must be a number, got 'soon' (e.g. --timeout 600)"),
+        ("%%gpugeek_run --timeout -3\nrank", "--timeout must be a number of seconds > 0, got -3 (e.g. --timeout 600)"),
         ("%%gpugeek_run --max-restarts -1\nrank", "--max-restarts must be a whole number >= 0"),
+        ("%%gpugeek_run --max-restarts 1.5\nrank", "--max-restarts must be a whole number, got '1.5'"),
         ("%%gpugeek_run --amp fp8\nrank", "--amp must be bf16 or fp16, got 'fp8'"),
         ("%%gpugeek_run --pool nowhere\nrank", "no running pool named 'nowhere'"),
         ("%%gpugeek_run -o 2x\nrank", "-o needs a variable name, got '2x'"),
