@@ -105,6 +105,9 @@ class _Runtime:
         # the names cells assigned on this rank, kept for the next cells (a REPL per rank) until the
         # process group is rebuilt: what they hold may be bound to the old group (DDP models)
         self.namespace: dict[str, Any] | None = None
+        # the names cells had assigned when the group was last rebuilt: a cell that reads one of them
+        # is told where it went (IPython keeps names across a failed cell; a rebuilt group does not)
+        self.dropped_names: frozenset[str] = frozenset()
         self.loop: asyncio.AbstractEventLoop | None = None  # where cells with a top-level await run
         # a detached job's last outcome here (job id, outcome), kept for a new agent to collect should
         # the one that launched it have died (jobs/readopt.py); replaced by the next such job
@@ -121,6 +124,12 @@ def _running(active: _ActiveJob | None, launch: str | None = None) -> bool:
 
 
 _runtime = _Runtime()
+# what every cell finds bound on a rank without assigning it (_run_cell)
+_GIVEN_NAMES = frozenset({"rank", "world_size", "device", "dist", "gg", "get_ipython", "display"})
+DROPPED_NAME_NOTE = (
+    "dropped with the rank's other names when the process group was rebuilt after a failed cell, a "
+    "change of workers or a script: run the cell that assigned it again"
+)
 
 
 # -- entry points for client.run --------------------------------------------------------------------
@@ -138,6 +147,10 @@ def prepare_generation(generation: str, slots: dict[str, RankSlot], dask_worker:
     if facts["busy"]:
         facts["busy_job"] = _runtime.active.job_id if _runtime.active is not None else None
         return facts
+    if _runtime.namespace is not None:
+        _runtime.dropped_names = frozenset(
+            name for name in _runtime.namespace if not name.startswith("__") and name not in _GIVEN_NAMES
+        )
     _runtime.namespace = None  # freed while the old group still exists, as a cell's names were
     rank_names.reset()
     _drop_group()
@@ -442,7 +455,10 @@ def _execute(
                 outcome.status, outcome.exit_code, outcome.error = "cancelled", None, "stopped"
             except BaseException as e:  # the user's error, reported with its traceback
                 outcome.status, outcome.exit_code = "failed", 1
-                outcome.error = one_line(e)
+                dropped = isinstance(e, NameError) and e.name in _runtime.dropped_names
+                if dropped:
+                    e.add_note(DROPPED_NAME_NOTE)
+                outcome.error = one_line(e) + (f" ({DROPPED_NAME_NOTE})" if dropped else "")
                 outcome.traceback = format_user_traceback(e)
                 outcome.peer_failure = is_peer_failure(e)
             finally:

@@ -60,6 +60,24 @@ def test_a_cell_ended_by_system_exit_fails_once_in_words(shell: Any, capsys: pyt
     assert run(shell, "%%gpugeek_run\nrank").result == [0, 1]
 
 
+def test_a_name_dropped_with_the_group_says_where_it_went(shell: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """IPython keeps names across a failed cell; the ranks' go with the process group a failure
+    rebuilds, and a cell reading one is told so (only for a name a cell had assigned)."""
+    from gpugeek_jupyter.jobs.rank import DROPPED_NAME_NOTE
+    from gpugeek_jupyter.jobs.result import JobFailed
+
+    assert run(shell, "%%gpugeek_run\nassigned_here = rank").success
+    assert isinstance(run(shell, "%%gpugeek_run\n1 / 0").error_in_exec, JobFailed)
+    capsys.readouterr()
+    gone = run(shell, "%%gpugeek_run\nassigned_here").error_in_exec
+    assert isinstance(gone, JobFailed) and DROPPED_NAME_NOTE in str(gone), gone
+    shown = capsys.readouterr()
+    assert f"[rank 0] {DROPPED_NAME_NOTE}" in shown.out + shown.err, shown  # the traceback ends with it
+    never = run(shell, "%%gpugeek_run\nnever_assigned").error_in_exec
+    assert isinstance(never, JobFailed) and "name 'never_assigned' is not defined" in str(never)
+    assert DROPPED_NAME_NOTE not in str(never)
+
+
 def test_line_magic_runs_a_script_with_its_arguments(
     shell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
