@@ -132,13 +132,14 @@ def launch(keep: bool = False, **options: Any) -> Pool:
 
     >>> pool = gpugeek_jupyter.launch(gpu_type="cpu", count=2, name="dev")   # doctest: +SKIP
     """
-    from .errors import SpecError, Surface, phrased_for
+    from .errors import SpecError, Surface, check_keywords, phrased_for
     from .runtime import launch_pool
-    from .spec import PoolSpec
+    from .spec import PoolSpec, launch_keywords
 
     with phrased_for(Surface.PYTHON):  # errors name keyword arguments: count=4, not --count 4
         if not isinstance(keep, bool):
             raise SpecError(field="keep", value=keep, rule="True or False", example=True)
+        check_keywords(options, launch_keywords() | {"keep"}, "launch()")
         spec = PoolSpec.create(**options)
         if keep:
             from .detached import launch_kept

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .schedules import Schedule
     from .store import JobRecord
 
-from .errors import SpecError, Surface, phrased_for
+from .errors import SpecError, Surface, check_keywords, phrased_for
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +92,12 @@ class ClusterClient:
         the user's agent owns the pool, which then outlives this process and takes ``Job.submit``.
         """
         from .runtime import get_pool_manager
-        from .spec import PoolSpec
+        from .spec import PoolSpec, launch_keywords
 
         with phrased_for(Surface.PYTHON):
             if not isinstance(keep, bool):
                 raise SpecError(field="keep", value=keep, rule="True or False", example=True)
+            check_keywords(pool_options, launch_keywords() | {"keep"}, "create_job()")
             spec = PoolSpec.create(
                 gpu_type=gpu_type, count=count, interconnect=interconnect, framework=framework, **pool_options
             )
@@ -158,6 +159,7 @@ class Job:
     def __init__(self, pool: Pool, owns_pool: bool = True) -> None:
         self.pool = pool
         self.owns_pool = owns_pool
+        self._handed_to_agent = False  # launched by this job, then kept by the agent for a submitted one
         self.results: list[JobResult] = []
 
     def __repr__(self) -> str:
@@ -261,10 +263,11 @@ class Job:
         >>> job.run_cell("import torch.distributed as dist\ndist.get_rank()").values   # doctest: +SKIP
         [0, 1]
         """
-        from .jobs import run_cell
+        from .jobs import cell_keywords, run_cell
 
         with phrased_for(Surface.PYTHON):
-            result = run_cell(self.pool, cell, dict(namespace or {}), **options)
+            check_keywords(options, cell_keywords(), "run_cell()")
+            result = run_cell(self.pool, cell, namespace if namespace is not None else {}, **options)
         self.results.append(result)
         return result
 
@@ -273,11 +276,13 @@ class Job:
         code and the names it uses from ``namespace`` are captured now; its
         :class:`~gpugeek_jupyter.JobHandle`. The pool becomes kept as for :meth:`submit`."""
         from .detached import submit_request
-        from .jobs import cell_request
+        from .jobs import cell_keywords, cell_request
 
         with phrased_for(Surface.PYTHON):
+            check_keywords(options, cell_keywords(submitted=True), "submit_cell()")
+            request = cell_request(cell, namespace if namespace is not None else {}, **options)
             self._keep_pool()
-            return submit_request(self.pool, cell_request(cell, dict(namespace or {}), **options))
+            return submit_request(self.pool, request)
 
     def _keep_pool(self) -> None:
         """The pool the agent's (see :func:`gpugeek_jupyter.detached.keep_pool`), saying so when it
@@ -287,6 +292,7 @@ class Job:
         self.pool, kept_now = keep_pool(self.pool)
         if kept_now is not None:
             self.owns_pool = False  # the agent's now, like a pool of create_job(keep=True)
+            self._handed_to_agent = True
             print(f"[gpugeek] {kept_now}", file=sys.stderr, flush=True)
 
     def submit(
@@ -333,3 +339,11 @@ class Job:
         """Stop the pool (when this job launched it; a pool it only uses is left running)."""
         if self.owns_pool and self.pool.status.is_live:
             self.pool.stop()
+        elif self._handed_to_agent and self.pool.status.is_live:  # it was this job's: say where it went
+            name = self.pool.name
+            print(
+                f"[gpugeek] pool {name!r} is left running: it is the agent's since a job was submitted to it "
+                f"(stop it with job.pool.stop() or %gpugeek_stop {name})",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -29,10 +29,11 @@ Unmarked errors speak the neutral core phrasing. A plain ``str`` message is show
 from __future__ import annotations
 
 import contextlib
+import difflib
 import enum
 import json
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
@@ -334,6 +335,28 @@ class SpecError(GpugeekError, ValueError):
     """A pool, job or price specification is invalid (bad user input)."""
 
     http_status = 400
+
+
+def check_keywords(given: Iterable[str], known: Collection[str], call: str) -> None:
+    """A keyword ``call`` does not take (a typo, most often) is one ``SpecError`` naming it, the
+    closest one it takes and all it takes, where Python's own ``TypeError`` names an inner function.
+
+    >>> try:
+    ...     check_keywords(["cuont"], ["count", "name"], "launch()")
+    ... except SpecError as e:
+    ...     print(e)
+    launch() takes no keyword 'cuont'; did you mean count=? (it takes count, name)
+    """
+    for name in given:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {close[0]}=?" if close else ""
+            raise SpecError(
+                Phrase(f"{call} takes no keyword {{value}}{hint} (it takes {{rule}})"),
+                field=name,
+                value=name,
+                rule=", ".join(sorted(known)),
+            )
 
 
 class NotFoundError(GpugeekError, LookupError):

@@ -11,6 +11,8 @@ so one rule gives one error everywhere, phrased by the surface that shows it (``
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import re
 import secrets
@@ -611,3 +613,10 @@ def _check_prologue(value: Any) -> str:
             field="prologue", value=value, rule="shell text without NUL characters", example=_EXAMPLES["prologue"]
         )
     return text
+
+
+@functools.cache
+def launch_keywords() -> frozenset[str]:
+    """The keywords a launch takes from Python (``gpugeek_jupyter.launch``, ``create_job``): those of
+    :meth:`PoolSpec.create`, read from it."""
+    return frozenset(inspect.signature(PoolSpec.create).parameters)

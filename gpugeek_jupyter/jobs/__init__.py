@@ -13,6 +13,8 @@ Importing this package imports neither torch nor dask.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EndJobsBeforeStop",
+    "cell_keywords",
     "cell_request",
     "end_jobs_before_stop",
     "pull",
@@ -61,6 +64,17 @@ def end_jobs_before_stop(manager: Any, pool: Pool, reason: str) -> None:
         agent.end_jobs_before_stop(manager, pool, reason)
 
 
+@functools.cache
+def cell_keywords(submitted: bool = False) -> frozenset[str]:
+    """The options a cell takes from Python: :func:`cell_request`'s, and for a cell that is waited for
+    (not ``submitted``) :func:`run_cell`'s callbacks; read from the functions."""
+
+    def keywords(function: Any) -> set[str]:
+        return {p.name for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY}
+
+    return frozenset(keywords(cell_request) | (set() if submitted else keywords(run_cell)))
+
+
 def cell_request(
     source: str,
     namespace: Mapping[str, Any],
@@ -79,9 +93,16 @@ def cell_request(
 ) -> JobRequest:
     """The request of a cell: its code, and the notebook names it uses from ``namespace``, captured now.
     ``track``: the job's MLflow run (:mod:`.tracking`: None per the setting, False none, or a URI)."""
+    from ..errors import Phrase, SpecError
     from .cell import prepare_cell
     from .request import JobRequest, parse_ranks
 
+    if not isinstance(namespace, Mapping):
+        raise SpecError(
+            Phrase("{field} must be a mapping of names to values, got {value} (e.g. namespace=globals())"),
+            field="namespace",
+            value=namespace,
+        )
     chosen = parse_ranks(ranks)
     program = prepare_cell(source, namespace, hidden=hidden, rank0_only=rank0)
     request = JobRequest(

@@ -91,10 +91,12 @@ class JobRequest:
     def validate(self) -> None:
         if not isinstance(self.wait, bool):
             raise SpecError(field="wait", value=self.wait, rule="True or False", example=False)
-        if self.timeout is not None and not self.timeout > 0:
+        if self.timeout is not None and (
+            isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float) or not self.timeout > 0
+        ):
             raise SpecError(field="timeout", value=self.timeout, rule="a number of seconds > 0", example=600)
         self._check_track()
-        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
             raise SpecError(field="max_restarts", value=self.max_restarts, rule="a whole number >= 0", example=2)
         from .job_env import check_job_env
 

@@ -44,6 +44,51 @@ def test_create_job_mistakes_name_keyword_arguments_not_flags() -> None:
     assert str(raised.value).endswith("got '\\n' (e.g. name='dev')") and "\n" not in str(raised.value)
 
 
+def test_a_keyword_no_launch_takes_is_named_with_the_closest_one() -> None:
+    """Python's own TypeError would name PoolSpec.create (or take a typo for an option's value)."""
+    import gpugeek_jupyter
+    from gpugeek_jupyter import ClusterClient
+    from gpugeek_jupyter.errors import SpecError
+
+    with pytest.raises(SpecError) as raised:
+        ClusterClient().create_job(gpu_type="cpu", count=2, colour="red")
+    assert str(raised.value).startswith("create_job() takes no keyword 'colour' (it takes account, address, ")
+    with pytest.raises(SpecError) as raised:
+        gpugeek_jupyter.launch(gpu_type="cpu", cuont=2)
+    assert str(raised.value).startswith("launch() takes no keyword 'cuont'; did you mean count=? (it takes ")
+    assert ", keep, " in str(raised.value)
+
+
+def test_cell_and_run_mistakes_name_the_keyword(pool: Any) -> None:
+    from gpugeek_jupyter import ClusterClient
+    from gpugeek_jupyter.errors import SpecError
+
+    job = ClusterClient().job_on("jobs")
+    for call, expected in [
+        (lambda: job.run_cell("rank", timout=5), "run_cell() takes no keyword 'timout'; did you mean timeout=? "),
+        (
+            lambda: job.submit_cell("rank", rank_0=True),
+            "submit_cell() takes no keyword 'rank_0'; did you mean rank0=? ",
+        ),
+        (
+            lambda: job.run_cell("rank", [1]),
+            "namespace must be a mapping of names to values, got [1] (e.g. namespace=globals())",
+        ),
+        (
+            lambda: job.run_cell("rank", timeout="soon"),
+            "timeout must be a number of seconds > 0, got 'soon' (e.g. timeout=600)",
+        ),
+        (
+            lambda: job.run_cell("rank", max_restarts=True),
+            "max_restarts must be a whole number >= 0, got True (e.g. max_restarts=2)",
+        ),
+    ]:
+        with pytest.raises(SpecError) as raised:
+            call()
+        assert str(raised.value).startswith(expected), str(raised.value)
+    assert job.run_cell("rank").values == [0, 1] and job.results[-1].ok
+
+
 @pytest.mark.timeout(120)
 def test_create_job_launches_a_pool_and_runs_a_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpugeek_jupyter import ClusterClient

@@ -60,6 +60,12 @@ def test_submit_on_a_pool_this_process_launched_makes_it_kept_unless_a_job_holds
     assert handle.wait(timeout=120).result().returncodes == [0, 0]
     assert job.pool is not first_pool and is_kept(job.pool) and not job.owns_pool
     assert first_pool.registry.pool_by_id(first_pool.id).status.value == "stopped"
+    job.stop()  # the agent's pool now: left running, and said so (it was this job's)
+    assert job.pool.status.is_live
+    assert capsys.readouterr().err == (
+        "[gpugeek] pool 'mine' is left running: it is the agent's since a job was submitted to it "
+        "(stop it with job.pool.stop() or %gpugeek_stop mine)\n"
+    )
 
 
 def test_a_cell_runs_attached_or_detached_through_the_job_api(agent_settings: None) -> None:
