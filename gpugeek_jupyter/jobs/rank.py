@@ -105,7 +105,7 @@ class _Runtime:
         # the names cells assigned on this rank, kept for the next cells (a REPL per rank) until the
         # process group is rebuilt: what they hold may be bound to the old group (DDP models)
         self.namespace: dict[str, Any] | None = None
-        # the names cells had assigned when the group was last rebuilt: a cell that reads one of them
+        # the names cells had assigned when the group was rebuilt, and not since: a cell that reads one
         # is told where it went (IPython keeps names across a failed cell; a rebuilt group does not)
         self.dropped_names: frozenset[str] = frozenset()
         self.loop: asyncio.AbstractEventLoop | None = None  # where cells with a top-level await run
@@ -127,8 +127,8 @@ _runtime = _Runtime()
 # what every cell finds bound on a rank without assigning it (_run_cell)
 _GIVEN_NAMES = frozenset({"rank", "world_size", "device", "dist", "gg", "get_ipython", "display"})
 DROPPED_NAME_NOTE = (
-    "dropped with the rank's other names when the process group was rebuilt after a failed cell, a "
-    "change of workers or a script: run the cell that assigned it again"
+    "dropped with the rank's other names when the process group was rebuilt after a failed or interrupted "
+    "cell, a change of workers or a script: run the cell that assigned it again"
 )
 
 
@@ -147,10 +147,10 @@ def prepare_generation(generation: str, slots: dict[str, RankSlot], dask_worker:
     if facts["busy"]:
         facts["busy_job"] = _runtime.active.job_id if _runtime.active is not None else None
         return facts
-    if _runtime.namespace is not None:
-        _runtime.dropped_names = frozenset(
+    if _runtime.namespace is not None:  # with those dropped before and not assigned since
+        _runtime.dropped_names |= {
             name for name in _runtime.namespace if not name.startswith("__") and name not in _GIVEN_NAMES
-        )
+        }
     _runtime.namespace = None  # freed while the old group still exists, as a cell's names were
     rank_names.reset()
     _drop_group()
@@ -707,6 +707,8 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, 
             _run_code(body, namespace)
             value = _run_code(last, namespace) if last is not None else None
     outcome.dropped = tuple(rank_names.dropped(namespace))
+    if _runtime.dropped_names:  # a name assigned again is the cell's, not one the rebuild dropped
+        _runtime.dropped_names -= namespace.keys()
     if not code.has_value or (code.rank0_only and slot.rank != 0):
         return None
     try:

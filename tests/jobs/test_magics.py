@@ -73,6 +73,11 @@ def test_a_name_dropped_with_the_group_says_where_it_went(shell: Any, capsys: py
     assert isinstance(gone, JobFailed) and DROPPED_NAME_NOTE in str(gone), gone
     shown = capsys.readouterr()
     assert f"[rank 0] {DROPPED_NAME_NOTE}" in shown.out + shown.err, shown  # the traceback ends with it
+    assert DROPPED_NAME_NOTE in str(run(shell, "%%gpugeek_run\nassigned_here").error_in_exec)  # a second rebuild
+    assert run(shell, "%%gpugeek_run\nassigned_here = 1").success
+    assert run(shell, "%%gpugeek_run\ndel assigned_here").success
+    deleted = run(shell, "%%gpugeek_run\nassigned_here").error_in_exec  # by a cell, since: no note
+    assert isinstance(deleted, JobFailed) and DROPPED_NAME_NOTE not in str(deleted), deleted
     never = run(shell, "%%gpugeek_run\nnever_assigned").error_in_exec
     assert isinstance(never, JobFailed) and "name 'never_assigned' is not defined" in str(never)
     assert DROPPED_NAME_NOTE not in str(never)
