@@ -24,7 +24,7 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpugeekError, JobFailedError, PerSurface, Phrase, Value
@@ -362,11 +362,11 @@ class JobAgent:
         watch.wait()
         attempt = watch.outcome()
         if shipment is not None:
-            self._took_names(shipment, attempt.ok, watch.answers.values(), on_notice or log.info)
+            self._took_names(shipment, attempt, watch, on_notice or log.info)
         if attempt.ok and request.ranks is None and request.kind == "cell":
             self._warm_generation = group.generation  # every rank has joined this generation's group
-        if not attempt.ok or request.kind == "script":  # a script's group is gone with it
-            self.group = None
+        if request.kind == "script" or not (attempt.ok or watch.group_intact()):  # a script's group is gone with it
+            self.group = None  # and a failed job's, unless no rank of it called torch.distributed
         if watch.gone:
             self.roster.mark_dead(watch.gone)
         if request.kind == "script":  # fresh processes for the next job, as torchrun starts them per run
@@ -398,11 +398,16 @@ class JobAgent:
         sinks = AttemptSinks(logs, on_output, on_progress, slow_ranks, on_lineage=record.lineage)
         return AttemptWatch(self.transport, self.roster, plan, events, sinks)
 
-    def _took_names(self, shipment: Shipment, ok: bool, answers: Iterable[Any], on_notice: NoticeCallback) -> None:
+    def _took_names(
+        self, shipment: Shipment, attempt: AttemptResult, watch: AttemptWatch, on_notice: NoticeCallback
+    ) -> None:
         """Record what the ranks hold now; say which of their own names the notebook's replaced."""
-        outcomes = [a for a in answers if isinstance(a, RankOutcome)]
-        if not ok:
-            self.holds.lost()  # the group is rebuilt: what the ranks held goes with it
+        outcomes = [a for a in watch.answers.values() if isinstance(a, RankOutcome)]
+        if not attempt.ok:
+            # a group kept through the failure keeps what the ranks held before; of this cell's
+            # names, some may have arrived: they count as not sent, and the next cell sends them again
+            if not watch.group_intact():
+                self.holds.lost()  # the group is rebuilt: what the ranks held goes with it
             return
         self.holds.took(shipment, tuple(sorted({n for o in outcomes for n in o.dropped})))
         replaced = sorted({n for o in outcomes for n in o.replaced})

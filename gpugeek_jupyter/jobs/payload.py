@@ -74,3 +74,6 @@ class RankOutcome:
     duration_s: float = 0.0
     replaced: tuple[str, ...] = ()  # names of the rank's own that the notebook's new values replaced
     dropped: tuple[str, ...] = ()  # names the notebook sent that the cell deleted
+    # failed or stopped without having called torch.distributed in the cell: its process group (and
+    # with it the rank's names) stays, unless the driver asks for it (rank.drop_kept_group)
+    group_kept: bool = False

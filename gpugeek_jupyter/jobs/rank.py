@@ -79,6 +79,7 @@ class _ActiveJob:
     injected: bool = False  # a JobCancelled was raised into the thread
     finished: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    collectives_at_start: int | None = None  # _collectives_issued() as the user's code began
 
 
 class _Runtime:
@@ -453,17 +454,19 @@ def _execute(
                     outcome.value_blob = _run_cell(job, job.code, slot, active, outcome)
             except JobCancelled:
                 outcome.status, outcome.exit_code, outcome.error = "cancelled", None, "stopped"
+                outcome.group_kept = not is_script and _group_untouched(active)
             except BaseException as e:  # the user's error, reported with its traceback
                 outcome.status, outcome.exit_code = "failed", 1
+                outcome.peer_failure = is_peer_failure(e)
+                outcome.group_kept = not is_script and not outcome.peer_failure and _group_untouched(active)
                 dropped = isinstance(e, NameError) and e.name in _runtime.dropped_names
                 if dropped:
                     e.add_note(DROPPED_NAME_NOTE)
                 outcome.error = one_line(e) + (f" ({DROPPED_NAME_NOTE})" if dropped else "")
                 outcome.traceback = format_user_traceback(e)
-                outcome.peer_failure = is_peer_failure(e)
             finally:
                 _clear_pending_cancel(active)
-                if outcome.status != "ok" or is_script:
+                if is_script or (outcome.status != "ok" and not outcome.group_kept):
                     _drop_group()  # closes our sockets: peers waiting on us fail now, not at the timeout
                 forwarder.flush()
     except JobCancelled:  # landed after the user code, during clean-up: the job had finished anyway
@@ -657,6 +660,33 @@ def _drop_group(keep_generation: bool = False) -> None:
         forget_meshes()
 
 
+def _collectives_issued() -> int | None:
+    """How many collectives and point-to-point calls this process has made on all its process
+    groups (torch's sequence numbers); None when torch cannot say (then a failed job drops its group)."""
+    try:
+        import torch.distributed.distributed_c10d as c10d
+
+        groups: list[Any] = list(c10d._world.pg_map)
+        return sum(int(group._get_sequence_number_for_group()) for group in groups)
+    except Exception:
+        return None
+
+
+def _group_untouched(active: _ActiveJob) -> bool:
+    """The job's code made no torch.distributed call: whatever stopped it, every peer is where it
+    was before the cell as far as this rank is concerned, so the group (and the names) can stay."""
+    return active.collectives_at_start is not None and _collectives_issued() == active.collectives_at_start
+
+
+def drop_kept_group(generation: str, dask_worker: Any = None) -> bool:
+    """Drop the process group a failed rank kept (its peers may wait for it in a collective it will
+    never call: closing its sockets makes theirs fail now); whether there was one to drop."""
+    if _runtime.generation != generation or _runtime.busy():
+        return False
+    _drop_group()
+    return True
+
+
 def _forget_unfinished_group() -> None:
     """Put torch's group counter back to 0 when no group exists here.
 
@@ -694,6 +724,7 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, 
     # user's code would start, a peer that is gone makes the init fail by itself (and
     # _forget_unfinished_group undoes what it had done), and a rank stuck there ends with its worker
     _ensure_group(job, device)
+    active.collectives_at_start = _collectives_issued()
     with _user_code(active):
         for alias, module in code.imports:
             namespace[alias] = importlib.import_module(module)

@@ -52,6 +52,10 @@ OutputCallback = Callable[[int, str, str], None]  # (rank, "stdout" | "stderr", 
 ProgressCallback = Callable[[int, dict[str, Any]], None]
 
 TICK_S = 1.0  # the watch looks at its deadlines at least this often
+# how long the other ranks have to answer after a rank failed without a torch.distributed call (and
+# so kept its process group and names) before its group is dropped, breaking any peer out of a
+# collective it would wait in for ever (then the group is rebuilt, as after any other failure)
+KEPT_GROUP_GRACE_S = 0.5
 OUTPUT_DRAIN_S = 2.0  # late output events are awaited this long after the last rank answered
 INTERRUPTED_FROM_THE_NOTEBOOK = "interrupted from the notebook"  # the stop message of an interrupt
 
@@ -111,6 +115,8 @@ class AttemptWatch:
         self.stop_message: str | None = None
         self.escalation = StopEscalation()
         self.gone: set[str] = set()  # ranks whose worker process died or was ended
+        self.kept_groups_due = Deadline()  # when the groups failed ranks kept are dropped (others still run)
+        self.kept_groups_dropped = False
         self.started_at = plan.started_at or time.time()
 
     @property
@@ -145,6 +151,8 @@ class AttemptWatch:
             self._time_out()
         if self.stopping is None and self.stranded.check.due(now):
             self._look_for_stranded_ranks()
+        if self.kept_groups_due.due(now):
+            self._drop_kept_groups()
         if self.escalation.round_due(now, self.pending):
             ended = self._end_stuck()
             self.escalation.round_done(ended, time.monotonic())
@@ -156,6 +164,8 @@ class AttemptWatch:
         wake = [now + TICK_S, *self.escalation.wake_times(self.pending)]
         if self.logs.states_due_at is not None:
             wake.append(self.logs.states_due_at)
+        if self.kept_groups_due.at is not None:
+            wake.append(self.kept_groups_due.at)
         if self.stopping is None:
             wake += [d.at for d in (self.timeout_at, self.stranded.check) if d.at is not None]
         return min(wake)
@@ -304,10 +314,33 @@ class AttemptWatch:
             for stream, text in answer.output:  # --no-stream: shown now, in one piece
                 self._show(answer.rank, stream, text)
             if answer.status != "ok":
+                if answer.group_kept and self.pending and self.kept_groups_due.at is None:
+                    self.kept_groups_due.arm(time.monotonic() + KEPT_GROUP_GRACE_S)
                 self._rank_failed(answer.rank)
         else:
             self.gone.add(address)
             self._rank_failed(self.layout.slot_of(address).rank)
+
+    def group_intact(self) -> bool:
+        """Every launched rank answered, done or stopped without a torch.distributed call, and no
+        group was dropped: the process group, and the ranks' names, serve the next job as they are."""
+        return (
+            not self.kept_groups_dropped
+            and not self.gone
+            and not self.pending
+            and set(self.answers) == set(self.launched)
+            and all(isinstance(a, RankOutcome) and (a.status == "ok" or a.group_kept) for a in self.answers.values())
+        )
+
+    def _drop_kept_groups(self) -> None:
+        """Other ranks still run past the grace: those that failed let go of their groups (see
+        ``KEPT_GROUP_GRACE_S``)."""
+        self.kept_groups_due.at = None
+        if not self.pending:
+            return
+        kept = [a for a, answer in self.answers.items() if isinstance(answer, RankOutcome) and answer.group_kept]
+        self.kept_groups_dropped = True
+        self.transport.fire(rank_side.drop_kept_group, kept, self.group.generation)
 
     # -- stopping ------------------------------------------------------------------------------
     def _stop(self, reason: StopCause, message: str | None) -> None:

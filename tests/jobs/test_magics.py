@@ -61,13 +61,13 @@ def test_a_cell_ended_by_system_exit_fails_once_in_words(shell: Any, capsys: pyt
 
 
 def test_a_name_dropped_with_the_group_says_where_it_went(shell: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    """IPython keeps names across a failed cell; the ranks' go with the process group a failure
-    rebuilds, and a cell reading one is told so (only for a name a cell had assigned)."""
+    """The ranks' names go with the process group a failure after a torch.distributed call rebuilds,
+    and a cell reading one is told so (only for a name a cell had assigned)."""
     from gpugeek_jupyter.jobs.rank import DROPPED_NAME_NOTE
     from gpugeek_jupyter.jobs.result import JobFailed
 
     assert run(shell, "%%gpugeek_run\nassigned_here = rank").success
-    assert isinstance(run(shell, "%%gpugeek_run\n1 / 0").error_in_exec, JobFailed)
+    assert isinstance(run(shell, "%%gpugeek_run\ndist.barrier()\n1 / 0").error_in_exec, JobFailed)
     capsys.readouterr()
     gone = run(shell, "%%gpugeek_run\nassigned_here").error_in_exec
     assert isinstance(gone, JobFailed) and DROPPED_NAME_NOTE in str(gone), gone
@@ -81,6 +81,35 @@ def test_a_name_dropped_with_the_group_says_where_it_went(shell: Any, capsys: py
     never = run(shell, "%%gpugeek_run\nnever_assigned").error_in_exec
     assert isinstance(never, JobFailed) and "name 'never_assigned' is not defined" in str(never)
     assert DROPPED_NAME_NOTE not in str(never)
+
+
+def test_names_outlive_a_failure_that_made_no_distributed_call(shell: Any) -> None:
+    """As IPython keeps them across a failed cell: no rank called torch.distributed, so the group,
+    and the names with it, stay. A rank failing before a collective its peer waits in still ends the
+    job at once (its kept group is let go after a short grace), and that group is rebuilt."""
+    import time
+
+    from gpugeek_jupyter.jobs.result import JobFailed
+
+    assert run(shell, "%%gpugeek_run\nkept_here = rank + 10").success
+    for failing in ["1 / 0", "if rank == 0:\n    raise ValueError('only rank 0')", "undefined_name"]:
+        assert isinstance(run(shell, f"%%gpugeek_run\n{failing}").error_in_exec, JobFailed), failing
+        assert run(shell, "%%gpugeek_run\nkept_here").result == [10, 11], failing
+    # a notebook tensor the ranks changed in place stays theirs: not sent again after such a failure
+    assert run(shell, "import torch\ntrained = torch.zeros(2)").success
+    assert run(shell, "%%gpugeek_run\ntrained += 1").success
+    assert isinstance(run(shell, "%%gpugeek_run\ntrained.no_such_method()").error_in_exec, JobFailed)
+    assert run(shell, "%%gpugeek_run\ntrained.sum().item()").result == [2.0, 2.0]
+    started = time.monotonic()
+    mismatched = "t = torch.ones(1)\nif rank == 1:\n    1 / 0\ndist.all_reduce(t)"
+    failed = run(shell, f"%%gpugeek_run\nimport torch\n{mismatched}").error_in_exec
+    assert isinstance(failed, JobFailed) and "ZeroDivisionError" in str(failed), failed
+    assert time.monotonic() - started < 5.0  # not the stranded-collective look (~6 s) nor a killed worker
+    assert isinstance(run(shell, "%%gpugeek_run\nkept_here").error_in_exec, JobFailed)  # rebuilt: gone
+    assert run(shell, "%%gpugeek_run\nimport torch\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()").result == [
+        2.0,
+        2.0,
+    ]
 
 
 def test_line_magic_runs_a_script_with_its_arguments(
