@@ -28,6 +28,7 @@ from ..config import get_config
 from ..jobs.logs import logs_root
 
 STREAM_FILE = "events.jsonl"
+END_LINE_WAIT_S = 2.0  # how long a follower waits for the end line once the job's row is final
 FOLLOW_POLL_S = 0.1
 
 
@@ -164,6 +165,7 @@ def follow(
     path = stream_path(job_id)
     position = 0
     pending = ""
+    gone_at: float | None = None  # when keep_following() first said no
     while True:
         chunk = ""
         if path.exists():
@@ -184,5 +186,9 @@ def follow(
                 return
         if not chunk:
             if not keep_following():
-                return
+                # the agent writes the end line just after the job's row turns final: wait for it a
+                # little (it carries the failing rank's traceback); an agent that died writes none
+                gone_at = time.monotonic() if gone_at is None else gone_at
+                if time.monotonic() - gone_at >= END_LINE_WAIT_S:
+                    return
             time.sleep(poll)

@@ -53,3 +53,26 @@ def test_a_new_writer_drops_a_half_written_line_and_numbers_on_from_the_last_who
     ]
     assert list(follow("job-0000000b", since=2)) == events[2:]
     assert events[-1]["failed_rank"] == 1 and events[-1]["traceback"].endswith("ValueError: bad batch\n")
+
+
+def test_a_follower_told_the_job_ended_still_reads_the_end_line_written_just_after() -> None:
+    """The job's row turns final a moment before its agent writes the end line (with the failing
+    rank's traceback): a follower that stopped at the row missed the traceback now and then."""
+    import threading
+    import time
+
+    writer = StreamWriter("job-0000000c")
+    writer.output(1, "stdout", "before\n")
+    late = threading.Timer(
+        0.3, writer.end, ("failed", "rank 1 raised"), {"failed_rank": 1, "traceback": "ZeroDivisionError\n"}
+    )
+    late.start()
+    events = list(follow("job-0000000c", keep_following=lambda: False, poll=0.05))
+    late.join()
+    assert [e["kind"] for e in events] == ["out", "end"] and events[-1]["traceback"] == "ZeroDivisionError\n"
+
+    gone = StreamWriter("job-0000000d")  # an agent that died writes no end line: the follower still ends
+    gone.output(0, "stdout", "last words\n")
+    started = time.monotonic()
+    assert [e["kind"] for e in follow("job-0000000d", keep_following=lambda: False, poll=0.05)] == ["out"]
+    assert time.monotonic() - started < 5.0
