@@ -144,10 +144,14 @@ def test_mesh_puts_neighbouring_ranks_in_a_tp_group_and_is_the_same_object_in_a_
 def test_a_mesh_that_does_not_fit_the_pool_fails_every_rank_with_one_line(pool4: Any) -> None:
     result = run_cell(pool4, "gg.mesh(dp=2, tp=3)", {})
     assert not result.ok
-    assert {r.error for r in result.ranks} == {
+    one_line = (
         "ValueError: gg.mesh(dp=2, tp=3): dp * tp = 6, but the job has 4 ranks; the sizes must multiply "
         "to the world size (e.g. gg.mesh(dp=2, tp=2))"
-    }
+    )
+    # the first rank to fail stops the others: one still on its way to the same line is "stopped"
+    errors = {r.error for r in result.ranks}
+    assert one_line in errors and errors <= {one_line, "stopped"}, errors
+    assert result.failure is not None and one_line in result.failure
 
 
 # -- tensor parallelism -----------------------------------------------------------------------------
