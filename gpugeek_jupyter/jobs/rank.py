@@ -125,8 +125,6 @@ def _running(active: _ActiveJob | None, launch: str | None = None) -> bool:
 
 
 _runtime = _Runtime()
-# what every cell finds bound on a rank without assigning it (_run_cell)
-_GIVEN_NAMES = frozenset({"rank", "world_size", "device", "dist", "gg", "get_ipython", "display"})
 DROPPED_NAME_NOTE = (
     "dropped with the rank's other names when the process group was rebuilt after a failed or interrupted "
     "cell, a change of workers or a script: run the cell that assigned it again"
@@ -148,10 +146,10 @@ def prepare_generation(generation: str, slots: dict[str, RankSlot], dask_worker:
     if facts["busy"]:
         facts["busy_job"] = _runtime.active.job_id if _runtime.active is not None else None
         return facts
-    if _runtime.namespace is not None:  # with those dropped before and not assigned since
-        _runtime.dropped_names |= {
-            name for name in _runtime.namespace if not name.startswith("__") and name not in _GIVEN_NAMES
-        }
+    # with those dropped before and not assigned since (the names every cell is given, rank, dist,
+    # gg, ..., are never missing, so never looked up here)
+    if _runtime.namespace is not None:
+        _runtime.dropped_names |= {name for name in _runtime.namespace if not name.startswith("__")}
     _runtime.namespace = None  # freed while the old group still exists, as a cell's names were
     rank_names.reset()
     _drop_group()
