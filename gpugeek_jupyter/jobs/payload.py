@@ -74,6 +74,9 @@ class RankOutcome:
     duration_s: float = 0.0
     replaced: tuple[str, ...] = ()  # names of the rank's own that the notebook's new values replaced
     dropped: tuple[str, ...] = ()  # names the notebook sent that the cell deleted
-    # failed or stopped without having called torch.distributed in the cell: its process group (and
-    # with it the rank's names) stays, unless the driver asks for it (rank.drop_kept_group)
+    # failed or stopped with its process group up (not a script's, not a peer's failure): the group
+    # (and with it the rank's names) stays on hold, unless the driver asks for it (rank.drop_kept_group)
     group_kept: bool = False
+    # a cell's groups' sequence numbers by name as it ended (rank.group_sequences), when done or kept:
+    # the group serves the next cell only if every rank of every group stopped at the same call
+    sequences: dict[str, int] | None = None

@@ -79,7 +79,7 @@ class _ActiveJob:
     injected: bool = False  # a JobCancelled was raised into the thread
     finished: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
-    collectives_at_start: int | None = None  # _collectives_issued() as the user's code began
+    sequences_at_start: dict[str, int] | None = None  # group_sequences() as the user's code began
 
 
 class _Runtime:
@@ -452,11 +452,11 @@ def _execute(
                     outcome.value_blob = _run_cell(job, job.code, slot, active, outcome)
             except JobCancelled:
                 outcome.status, outcome.exit_code, outcome.error = "cancelled", None, "stopped"
-                outcome.group_kept = not is_script and _group_untouched(active)
+                outcome.group_kept = not is_script and _group_holdable(active)
             except BaseException as e:  # the user's error, reported with its traceback
                 outcome.status, outcome.exit_code = "failed", 1
                 outcome.peer_failure = is_peer_failure(e)
-                outcome.group_kept = not is_script and not outcome.peer_failure and _group_untouched(active)
+                outcome.group_kept = not is_script and not outcome.peer_failure and _group_holdable(active)
                 dropped = isinstance(e, NameError) and e.name in _runtime.dropped_names
                 if dropped:
                     e.add_note(DROPPED_NAME_NOTE)
@@ -477,6 +477,8 @@ def _execute(
     if is_script:
         with contextlib.suppress(OSError):
             os.rmdir(error_dir)  # only when empty: an error file written by @record stays
+    if not is_script and (outcome.status == "ok" or outcome.group_kept):
+        outcome.sequences = group_sequences()  # the driver compares the ranks' (AttemptWatch.group_intact)
     outcome.output = forwarder.collected
     outcome.sent = forwarder.sent
     outcome.replay = forwarder.replay if forwarder.sent else None
@@ -658,22 +660,25 @@ def _drop_group(keep_generation: bool = False) -> None:
         forget_meshes()
 
 
-def _collectives_issued() -> int | None:
-    """How many collectives and point-to-point calls this process has made on all its process
-    groups (torch's sequence numbers); None when torch cannot say (then a failed job drops its group)."""
+def group_sequences() -> dict[str, int] | None:
+    """How many collectives this process has made on each of its process groups (torch's sequence
+    numbers), by the group's name: torch names groups in the order they are made, which every rank
+    follows, so two ranks of one group that have made the same calls on it say the same number.
+    None when torch cannot say (then a failed job drops its group)."""
     try:
         import torch.distributed.distributed_c10d as c10d
 
-        groups: list[Any] = list(c10d._world.pg_map)
-        return sum(int(group._get_sequence_number_for_group()) for group in groups)
+        world: Any = c10d._world
+        return {str(world.pg_names[group]): int(group._get_sequence_number_for_group()) for group in list(world.pg_map)}
     except Exception:
         return None
 
 
-def _group_untouched(active: _ActiveJob) -> bool:
-    """The job's code made no torch.distributed call: whatever stopped it, every peer is where it
-    was before the cell as far as this rank is concerned, so the group (and the names) can stay."""
-    return active.collectives_at_start is not None and _collectives_issued() == active.collectives_at_start
+def _group_holdable(active: _ActiveJob) -> bool:
+    """The job's process group came up (its user code ran on it) and torch can say where each of its
+    groups stands: it can be kept on hold after a failure or a stop, for the driver to judge whether
+    every rank stopped at the same call (``RankOutcome.sequences``)."""
+    return active.sequences_at_start is not None and group_sequences() is not None
 
 
 def drop_kept_group(generation: str, dask_worker: Any = None) -> bool:
@@ -722,7 +727,7 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, 
     # user's code would start, a peer that is gone makes the init fail by itself (and
     # _forget_unfinished_group undoes what it had done), and a rank stuck there ends with its worker
     _ensure_group(job, device)
-    active.collectives_at_start = _collectives_issued()
+    active.sequences_at_start = group_sequences()
     with _user_code(active):
         for alias, module in code.imports:
             namespace[alias] = importlib.import_module(module)

@@ -52,9 +52,9 @@ OutputCallback = Callable[[int, str, str], None]  # (rank, "stdout" | "stderr", 
 ProgressCallback = Callable[[int, dict[str, Any]], None]
 
 TICK_S = 1.0  # the watch looks at its deadlines at least this often
-# how long the other ranks have to answer after a rank failed without a torch.distributed call (and
-# so kept its process group and names) before its group is dropped, breaking any peer out of a
-# collective it would wait in for ever (then the group is rebuilt, as after any other failure)
+# how long the other ranks have to answer after a rank failed or stopped with its process group kept
+# (and its names) before that group is dropped, breaking any peer out of a collective it would wait
+# in for ever (then the group is rebuilt, as after any other failure)
 KEPT_GROUP_GRACE_S = 0.5
 OUTPUT_DRAIN_S = 2.0  # late output events are awaited this long after the last rank answered
 INTERRUPTED_FROM_THE_NOTEBOOK = "interrupted from the notebook"  # the stop message of an interrupt
@@ -322,14 +322,18 @@ class AttemptWatch:
             self._rank_failed(self.layout.slot_of(address).rank)
 
     def group_intact(self) -> bool:
-        """Every launched rank answered, done or stopped without a torch.distributed call, and no
-        group was dropped: the process group, and the ranks' names, serve the next job as they are."""
+        """Every launched rank answered, done or stopped with its group kept, no group was dropped,
+        and every rank of every group stopped at the same call (torch's sequence numbers): the
+        process group, and the ranks' names, serve the next job as they are, as IPython keeps a
+        notebook's names across a failed cell."""
+        answers = list(self.answers.values())
         return (
             not self.kept_groups_dropped
             and not self.gone
             and not self.pending
             and set(self.answers) == set(self.launched)
-            and all(isinstance(a, RankOutcome) and (a.status == "ok" or a.group_kept) for a in self.answers.values())
+            and all(isinstance(a, RankOutcome) and (a.status == "ok" or a.group_kept) for a in answers)
+            and in_step([a.sequences for a in answers if isinstance(a, RankOutcome)])
         )
 
     def _drop_kept_groups(self) -> None:
@@ -536,6 +540,19 @@ class AttemptWatch:
 
 
 LAST_WORDS_WAIT_S = 5.0  # for a live worker on a dead rank's host, to read its last words there
+
+
+def in_step(sequences: list[dict[str, int] | None]) -> bool:
+    """The ranks' groups' sequence numbers (by group name, as each rank ended) agree: no rank made a
+    call on a group that another rank of it did not make, so nothing waits in the group for a peer."""
+    seen: dict[str, int] = {}
+    for numbers in sequences:
+        if numbers is None:
+            return False
+        for name, number in numbers.items():
+            if seen.setdefault(name, number) != number:
+                return False
+    return True
 
 
 def describe_death(process: str, death: dict[str, Any]) -> str:

@@ -101,7 +101,9 @@ def test_process_group_stays_warm_between_cells(pool: Any) -> None:
     run_cell(pool, "raise RuntimeError('x')", {})
     assert run_cell(pool, probe, {}).values == first.values  # no rank called torch.distributed: kept
     run_cell(pool, "dist.barrier()\nraise RuntimeError('x')", {})
-    assert run_cell(pool, probe, {}).values != first.values  # rebuilt after a failure past a collective
+    assert run_cell(pool, probe, {}).values == first.values  # every rank stopped past the same barrier: kept
+    run_cell(pool, "if rank == 1:\n    raise RuntimeError('x')\ndist.barrier()", {})
+    assert run_cell(pool, probe, {}).values != first.values  # rank 0 waited in a barrier rank 1 left: rebuilt
 
 
 def test_ddp_steps_match_one_process_on_the_concatenated_batches(pool: Any) -> None:

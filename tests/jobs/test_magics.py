@@ -61,13 +61,15 @@ def test_a_cell_ended_by_system_exit_fails_once_in_words(shell: Any, capsys: pyt
 
 
 def test_a_name_dropped_with_the_group_says_where_it_went(shell: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    """The ranks' names go with the process group a failure after a torch.distributed call rebuilds,
-    and a cell reading one is told so (only for a name a cell had assigned)."""
+    """The ranks' names go with the process group a failure out of step rebuilds (rank 0 waits in a
+    barrier rank 1 never reaches), and a cell reading one is told so (only for a name a cell had
+    assigned)."""
     from gpugeek_jupyter.jobs.rank import DROPPED_NAME_NOTE
     from gpugeek_jupyter.jobs.result import JobFailed
 
     assert run(shell, "%%gpugeek_run\nassigned_here = rank").success
-    assert isinstance(run(shell, "%%gpugeek_run\ndist.barrier()\n1 / 0").error_in_exec, JobFailed)
+    out_of_step = "%%gpugeek_run\ndist.barrier()\nif rank == 1:\n    1 / 0\ndist.barrier()"
+    assert isinstance(run(shell, out_of_step).error_in_exec, JobFailed)
     capsys.readouterr()
     gone = run(shell, "%%gpugeek_run\nassigned_here").error_in_exec
     assert isinstance(gone, JobFailed) and DROPPED_NAME_NOTE in str(gone), gone
@@ -110,6 +112,23 @@ def test_names_outlive_a_failure_that_made_no_distributed_call(shell: Any) -> No
         2.0,
         2.0,
     ]
+
+
+def test_names_outlive_a_failure_every_rank_reached_in_step(shell: Any) -> None:
+    """A cell that fails past collectives, but where every rank stopped at the same call (the same
+    error on every rank, or one rank failing after the last collective), keeps the warm group and
+    the names, as IPython keeps them; so does an interrupt-like stop of ranks that were in step."""
+    from gpugeek_jupyter.jobs.result import JobFailed
+
+    assert run(shell, "%%gpugeek_run\nimport torch\nweights = torch.full((2,), float(rank))").success
+    in_step = [
+        "dist.all_reduce(weights)\nweights.no_such_method()",  # every rank, the same typo, after a collective
+        "dist.barrier()\nif rank == 1:\n    raise ValueError('rank 1 only, after the last collective')",
+    ]
+    for failing in in_step:
+        assert isinstance(run(shell, f"%%gpugeek_run\n{failing}").error_in_exec, JobFailed), failing
+        assert run(shell, "%%gpugeek_run\nweights.tolist()").result == [[1.0, 1.0], [1.0, 1.0]], failing
+    assert run(shell, "%%gpugeek_run\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()").result == [2.0, 2.0]
 
 
 def test_line_magic_runs_a_script_with_its_arguments(
