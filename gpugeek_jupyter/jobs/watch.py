@@ -56,6 +56,10 @@ TICK_S = 1.0  # the watch looks at its deadlines at least this often
 # (and its names) before that group is dropped, breaking any peer out of a collective it would wait
 # in for ever (then the group is rebuilt, as after any other failure)
 KEPT_GROUP_GRACE_S = 0.5
+# how long the other ranks go on after one failed before they are stopped: ranks that run the same
+# code often fail alike a moment later, and then each says its own error ("ranks 1-7 failed with
+# the same error", their names kept in step) rather than "stopped" half way through the same cell
+PEER_STOP_DELAY_S = 0.2
 OUTPUT_DRAIN_S = 2.0  # late output events are awaited this long after the last rank answered
 INTERRUPTED_FROM_THE_NOTEBOOK = "interrupted from the notebook"  # the stop message of an interrupt
 
@@ -116,6 +120,7 @@ class AttemptWatch:
         self.escalation = StopEscalation()
         self.gone: set[str] = set()  # ranks whose worker process died or was ended
         self.kept_groups_due = Deadline()  # when the groups failed ranks kept are dropped (others still run)
+        self.peers_stop_due = Deadline()  # when the ranks still running after one failed are stopped
         self.kept_groups_dropped = False
         self.started_at = plan.started_at or time.time()
 
@@ -153,6 +158,9 @@ class AttemptWatch:
             self._look_for_stranded_ranks()
         if self.kept_groups_due.due(now):
             self._drop_kept_groups()
+        if self.peers_stop_due.due(now):
+            self.peers_stop_due.at = None
+            self._stop(StopCause.FAILED, None)
         if self.escalation.round_due(now, self.pending):
             ended = self._end_stuck()
             self.escalation.round_done(ended, time.monotonic())
@@ -164,8 +172,9 @@ class AttemptWatch:
         wake = [now + TICK_S, *self.escalation.wake_times(self.pending)]
         if self.logs.states_due_at is not None:
             wake.append(self.logs.states_due_at)
-        if self.kept_groups_due.at is not None:
-            wake.append(self.kept_groups_due.at)
+        for due in (self.kept_groups_due, self.peers_stop_due):
+            if due.at is not None:
+                wake.append(due.at)
         if self.stopping is None:
             wake += [d.at for d in (self.timeout_at, self.stranded.check) if d.at is not None]
         return min(wake)
@@ -292,11 +301,15 @@ class AttemptWatch:
     def _keep(self, rank: int, text: str) -> None:
         self.logs.write(rank, text)
 
-    def _rank_failed(self, rank: int) -> None:
-        """A rank failed (or reported that it will): stop the others now."""
+    def _rank_failed(self, rank: int, at_once: bool = False) -> None:
+        """A rank failed (or reported that it will): stop the others ``PEER_STOP_DELAY_S`` from now,
+        or ``at_once`` (its worker is gone)."""
         if rank not in self.ended:
             self.ended.append(rank)
-        self._stop(StopCause.FAILED, None)
+        if at_once:
+            self._stop(StopCause.FAILED, None)
+        elif self.stopping is None and self.peers_stop_due.at is None:
+            self.peers_stop_due.arm(time.monotonic() + PEER_STOP_DELAY_S)
 
     def _answered(self, address: str, answer: RankOutcome | BaseException) -> None:
         if address not in self.pending:
@@ -319,7 +332,7 @@ class AttemptWatch:
                 self._rank_failed(answer.rank)
         else:
             self.gone.add(address)
-            self._rank_failed(self.layout.slot_of(address).rank)
+            self._rank_failed(self.layout.slot_of(address).rank, at_once=True)
 
     def group_intact(self) -> bool:
         """Every launched rank answered, done or stopped with its group kept, no group was dropped,
