@@ -93,3 +93,26 @@ def test_kernel_interrupt_stops_the_job_within_5s_and_the_next_cell_runs(kernel:
     _, reply, shown = execute(client, "[j.status.value for j in gpugeek_jupyter.ClusterClient().jobs()]")
     assert "['succeeded', 'cancelled']" in shown
     execute(client, "pool.stop()")
+
+
+@pytest.mark.timeout(240)
+def test_an_interrupt_between_collectives_keeps_the_ranks_names(kernel: Any) -> None:
+    """As IPython keeps a notebook's names across an interrupt: ranks stopped in step (past the same
+    all_reduce, both in ``time.sleep``) keep their warm group, and what their cells assigned."""
+    manager, client = kernel
+    _, reply, _ = execute(
+        client,
+        "%load_ext gpugeek_jupyter\nimport gpugeek_jupyter\n"
+        "pool = gpugeek_jupyter.launch(gpu_type='cpu', count=2, name='kernel-pool')",
+    )
+    assert reply["status"] == "ok", reply
+    _, reply, _ = execute(client, "%%gpugeek_run\nimport torch\nweights = torch.full((1,), float(rank))")
+    assert reply["status"] == "ok", reply
+    waiting = "%%gpugeek_run\nimport time\ndist.all_reduce(weights)\nprint('reduced', flush=True)\nwhile True:\n    time.sleep(0.1)\n"
+    msg_id, _, _ = execute(client, waiting, until="[rank 1] reduced")
+    manager.interrupt_kernel()
+    reply = wait_reply(client, msg_id, timeout=30)
+    assert reply["status"] == "error" and reply["ename"] == "JobInterrupted", reply
+    _, reply, shown = execute(client, "%%gpugeek_run\nweights.item()")
+    assert reply["status"] == "ok" and "[1.0, 1.0]" in shown, shown
+    execute(client, "pool.stop()")
