@@ -690,6 +690,17 @@ def drop_kept_group(generation: str, dask_worker: Any = None) -> bool:
     return True
 
 
+def drop_held_group(job_id: str, dask_worker: Any = None) -> bool:
+    """Drop the process group this worker's rank kept when detached job ``job_id`` failed or stopped
+    here, for an agent that took the job over from a dead one (it knows no generation; its peers
+    may wait for this rank in a collective); whether there was one to drop."""
+    kept = _runtime.kept_outcome
+    if kept is None or kept[0] != job_id or not kept[1].group_kept or _runtime.busy():
+        return False
+    _drop_group()
+    return True
+
+
 def _forget_unfinished_group() -> None:
     """Put torch's group counter back to 0 when no group exists here.
 

@@ -24,7 +24,7 @@ from ..polling import wait_for
 from ..store import JobStatus
 from .events import RankOutput, RankProgress, rank_event
 from .payload import OUTPUT_TOPIC, RankOutcome
-from .rank import cancel_rank, orphaned_rank
+from .rank import cancel_rank, drop_held_group, orphaned_rank
 from .result import JobResult
 from .transport import PoolTransport, own_client
 from .watch import OutputCallback, ProgressCallback
@@ -144,6 +144,7 @@ def _wait_for_ranks(
     while True:
         answers = client.run(orphaned_rank, job.id)
         running = {a["rank"]: (address, a["launch"]) for address, a in answers.items() if a["state"] == "running"}
+        holding = [a for a, answer in answers.items() if answer["state"] == "ended" and answer["outcome"].group_kept]
         for answer in answers.values():
             if answer["state"] == "ended":
                 outcomes[answer["outcome"].rank] = answer["outcome"]
@@ -167,6 +168,8 @@ def _wait_for_ranks(
             cancel_reason = why
             for address, launch in running.values():
                 client.run(cancel_rank, launch, workers=[address])
+            if holding:  # a failed rank kept its group: a peer waiting for it in a collective gets out
+                client.run(drop_held_group, job.id, workers=holding)
         time.sleep(POLL_S)
 
 
@@ -185,7 +188,8 @@ def _result(pool: Pool, job: JobRow, outcomes: dict[int, RankOutcome], cancel_re
 
     ranks = [outcomes[r] for r in sorted(outcomes)]
     failed = [o for o in ranks if o.status != "ok"]
-    first = next((o for o in failed if not o.peer_failure), failed[0] if failed else None)
+    # the rank whose own error ended the job: before one stopped for it, before a peer's failure
+    first = min(failed, key=lambda o: (o.peer_failure, o.status != "failed", o.rank), default=None)
     if cancel_reason is not None:
         status, failure = JobStatus.CANCELLED, f"cancelled: {cancel_reason}"
     elif first is not None:

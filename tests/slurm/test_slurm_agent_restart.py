@@ -90,3 +90,45 @@ def test_a_job_on_a_kept_slurm_pool_goes_on_when_its_agent_is_killed_and_a_new_a
         for rank in (0, 1):
             assert lines.count(f"tick {step} on {rank}\n") == 1, lines
     assert any(n.startswith("a new gpugeek agent follows this job") for n in notices), notices
+
+
+FAILING_PAST_A_BARRIER = """import time
+for step in range(8):
+    print(f"tick {step} on {rank}", flush=True)
+    time.sleep(0.5)
+dist.barrier()
+if rank == 1:
+    raise ValueError("rank 1 fails between two barriers")
+dist.barrier()
+"""
+
+
+def test_a_taken_over_job_whose_rank_failed_while_its_peer_waits_in_a_barrier_ends(
+    slurm: OneHostSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 fails past a collective with no agent alive, keeping its process group on hold (the
+    driver would judge whether the ranks stopped in step); rank 0 waits in a barrier rank 1 never
+    reaches. The agent that takes the job over lets rank 1's group go, which breaks rank 0 out: the
+    job ends with rank 1's error, not never."""
+    import gpugeek_jupyter
+    from gpugeek_jupyter.detached import submit_request
+    from gpugeek_jupyter.detached.stream import read_events
+    from gpugeek_jupyter.jobs import cell_request
+
+    monkeypatch.setenv("GPUGEEK_AGENT_IDLE", "60")
+    with agent_stopped_afterwards():
+        pool: Any = gpugeek_jupyter.launch(backend="slurm", count=2, name="keeper", keep=True)
+        first_agent = _agent_pid()
+        handle = submit_request(pool, cell_request(FAILING_PAST_A_BARRIER, {}))
+        deadline = time.monotonic() + 60
+        while sum("tick" in e.get("text", "") for e in read_events(handle.id)) < 2:
+            assert time.monotonic() < deadline, read_events(handle.id)
+            time.sleep(0.1)
+        os.kill(first_agent, signal.SIGKILL)
+        _agent_pid(not_pid=first_agent)  # started by the keeper
+        record = handle.wait(timeout=120).record()
+        pool.stop()
+        assert slurm.wait_for_no_jobs(60) == []
+
+    assert record.status.value == "failed", record
+    assert "rank 1 fails between two barriers" in (record.failure_reason or ""), record
