@@ -661,10 +661,10 @@ def _drop_group(keep_generation: bool = False) -> None:
 
 
 def group_sequences() -> dict[str, int] | None:
-    """How many collectives this process has made on each of its process groups (torch's sequence
-    numbers), by the group's name: torch names groups in the order they are made, which every rank
-    follows, so two ranks of one group that have made the same calls on it say the same number.
-    None when torch cannot say (then a failed job drops its group)."""
+    """How many calls this process has made on each of its process groups (torch's sequence numbers:
+    collectives, and on gloo point-to-point calls too), by the group's name: torch names groups in
+    the order they are made, which every rank follows, so two ranks of one group that have made the
+    same calls on it say the same number. None when torch cannot say (then a failed job drops its group)."""
     try:
         import torch.distributed.distributed_c10d as c10d
 
