@@ -79,7 +79,6 @@ class _ActiveJob:
     injected: bool = False  # a JobCancelled was raised into the thread
     finished: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
-    sequences_at_start: dict[str, int] | None = None  # group_sequences() as the user's code began
 
 
 class _Runtime:
@@ -452,11 +451,11 @@ def _execute(
                     outcome.value_blob = _run_cell(job, job.code, slot, active, outcome)
             except JobCancelled:
                 outcome.status, outcome.exit_code, outcome.error = "cancelled", None, "stopped"
-                outcome.group_kept = not is_script and _group_holdable(active)
+                _hold_group(outcome, not is_script)
             except BaseException as e:  # the user's error, reported with its traceback
                 outcome.status, outcome.exit_code = "failed", 1
                 outcome.peer_failure = is_peer_failure(e)
-                outcome.group_kept = not is_script and not outcome.peer_failure and _group_holdable(active)
+                _hold_group(outcome, not is_script and not outcome.peer_failure)
                 dropped = isinstance(e, NameError) and e.name in _runtime.dropped_names
                 if dropped:
                     e.add_note(DROPPED_NAME_NOTE)
@@ -477,7 +476,7 @@ def _execute(
     if is_script:
         with contextlib.suppress(OSError):
             os.rmdir(error_dir)  # only when empty: an error file written by @record stays
-    if not is_script and (outcome.status == "ok" or outcome.group_kept):
+    if not is_script and outcome.status == "ok":
         outcome.sequences = group_sequences()  # the driver compares the ranks' (AttemptWatch.group_intact)
     outcome.output = forwarder.collected
     outcome.sent = forwarder.sent
@@ -674,11 +673,12 @@ def group_sequences() -> dict[str, int] | None:
         return None
 
 
-def _group_holdable(active: _ActiveJob) -> bool:
-    """The job's process group came up (its user code ran on it) and torch can say where each of its
-    groups stands: it can be kept on hold after a failure or a stop, for the driver to judge whether
-    every rank stopped at the same call (``RankOutcome.sequences``)."""
-    return active.sequences_at_start is not None and group_sequences() is not None
+def _hold_group(outcome: RankOutcome, eligible: bool) -> None:
+    """After a failure or a stop: keep the process group on hold when it is up and torch can say
+    where each of its groups stands (``outcome.sequences``), for the driver to judge whether every
+    rank stopped at the same call; else it is dropped when the job ends."""
+    outcome.sequences = group_sequences() if eligible and _runtime.group_ready else None
+    outcome.group_kept = outcome.sequences is not None
 
 
 def drop_kept_group(generation: str, dask_worker: Any = None) -> bool:
@@ -738,7 +738,6 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, 
     # user's code would start, a peer that is gone makes the init fail by itself (and
     # _forget_unfinished_group undoes what it had done), and a rank stuck there ends with its worker
     _ensure_group(job, device)
-    active.sequences_at_start = group_sequences()
     with _user_code(active):
         for alias, module in code.imports:
             namespace[alias] = importlib.import_module(module)

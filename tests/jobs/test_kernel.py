@@ -69,15 +69,20 @@ def wait_reply(client: Any, msg_id: str, timeout: float) -> dict[str, Any]:
     raise AssertionError(f"no reply within {timeout} s")
 
 
-@pytest.mark.timeout(240)
-def test_kernel_interrupt_stops_the_job_within_5s_and_the_next_cell_runs(kernel: Any) -> None:
-    manager, client = kernel
+def launch_pool(client: Any) -> None:
+    """The extension loaded and a 2-worker cpu pool launched in the kernel, as ``pool``."""
     _, reply, _ = execute(
         client,
         "%load_ext gpugeek_jupyter\nimport gpugeek_jupyter\n"
         "pool = gpugeek_jupyter.launch(gpu_type='cpu', count=2, name='kernel-pool')",
     )
     assert reply["status"] == "ok", reply
+
+
+@pytest.mark.timeout(240)
+def test_kernel_interrupt_stops_the_job_within_5s_and_the_next_cell_runs(kernel: Any) -> None:
+    manager, client = kernel
+    launch_pool(client)
     spin = "%%gpugeek_run\nimport torch\nt = torch.ones(1)\nprint('spinning', flush=True)\nwhile True:\n    dist.all_reduce(t)\n"
     msg_id, _, _ = execute(client, spin, until="[rank 1] spinning")
 
@@ -100,12 +105,7 @@ def test_an_interrupt_between_collectives_keeps_the_ranks_names(kernel: Any) -> 
     """As IPython keeps a notebook's names across an interrupt: ranks stopped in step (past the same
     all_reduce, both in ``time.sleep``) keep their warm group, and what their cells assigned."""
     manager, client = kernel
-    _, reply, _ = execute(
-        client,
-        "%load_ext gpugeek_jupyter\nimport gpugeek_jupyter\n"
-        "pool = gpugeek_jupyter.launch(gpu_type='cpu', count=2, name='kernel-pool')",
-    )
-    assert reply["status"] == "ok", reply
+    launch_pool(client)
     _, reply, _ = execute(client, "%%gpugeek_run\nimport torch\nweights = torch.full((1,), float(rank))")
     assert reply["status"] == "ok", reply
     waiting = "%%gpugeek_run\nimport time\ndist.all_reduce(weights)\nprint('reduced', flush=True)\nwhile True:\n    time.sleep(0.1)\n"

@@ -39,6 +39,22 @@ def _agent_pid(timeout: float = 60.0, not_pid: int | None = None) -> int:
     raise AssertionError(f"no new agent within {timeout:.0f} s")
 
 
+def _submit_and_kill_the_agent(pool: Any, cell: str, agent: int) -> tuple[Any, int]:
+    """Submit ``cell`` detached, SIGKILL ``agent`` once two ticks were printed; the job's handle and
+    the pid of the agent the pool's keeper starts in its place."""
+    from gpugeek_jupyter.detached import submit_request
+    from gpugeek_jupyter.detached.stream import read_events
+    from gpugeek_jupyter.jobs import cell_request
+
+    handle = submit_request(pool, cell_request(cell, {}))
+    deadline = time.monotonic() + 60
+    while sum("tick" in e.get("text", "") for e in read_events(handle.id)) < 2:
+        assert time.monotonic() < deadline, read_events(handle.id)
+        time.sleep(0.1)
+    os.kill(agent, signal.SIGKILL)
+    return handle, _agent_pid(not_pid=agent)
+
+
 def _out_lines(job_id: str) -> list[str]:
     from gpugeek_jupyter.detached.stream import follow
 
@@ -49,9 +65,7 @@ def test_a_job_on_a_kept_slurm_pool_goes_on_when_its_agent_is_killed_and_a_new_a
     slurm: OneHostSlurm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import gpugeek_jupyter
-    from gpugeek_jupyter.detached import submit_request
     from gpugeek_jupyter.detached.stream import read_events
-    from gpugeek_jupyter.jobs import cell_request
     from gpugeek_jupyter.store import get_registry
 
     monkeypatch.setenv("GPUGEEK_AGENT_IDLE", "60")
@@ -63,14 +77,7 @@ def test_a_job_on_a_kept_slurm_pool_goes_on_when_its_agent_is_killed_and_a_new_a
         slurm_jobs = sorted(slurm.job_ids())
         assert len(slurm_jobs) == 2, slurm_jobs
 
-        handle = submit_request(pool, cell_request(TICKING, {}))
-        deadline = time.monotonic() + 60
-        while sum("tick" in e.get("text", "") for e in read_events(handle.id)) < 2:
-            assert time.monotonic() < deadline, read_events(handle.id)
-            time.sleep(0.1)
-        os.kill(first_agent, signal.SIGKILL)
-
-        second_agent = _agent_pid(not_pid=first_agent)  # started by the keeper
+        handle, second_agent = _submit_and_kill_the_agent(pool, TICKING, first_agent)
         record = handle.wait(timeout=120).record()
         values = handle.result().values
         owner = get_registry().pool_by_id(pool.id).owner
@@ -111,21 +118,12 @@ def test_a_taken_over_job_whose_rank_failed_while_its_peer_waits_in_a_barrier_en
     reaches. The agent that takes the job over lets rank 1's group go, which breaks rank 0 out: the
     job ends with rank 1's error, not never."""
     import gpugeek_jupyter
-    from gpugeek_jupyter.detached import submit_request
-    from gpugeek_jupyter.detached.stream import read_events
-    from gpugeek_jupyter.jobs import cell_request
 
     monkeypatch.setenv("GPUGEEK_AGENT_IDLE", "60")
     with agent_stopped_afterwards():
         pool: Any = gpugeek_jupyter.launch(backend="slurm", count=2, name="keeper", keep=True)
         first_agent = _agent_pid()
-        handle = submit_request(pool, cell_request(FAILING_PAST_A_BARRIER, {}))
-        deadline = time.monotonic() + 60
-        while sum("tick" in e.get("text", "") for e in read_events(handle.id)) < 2:
-            assert time.monotonic() < deadline, read_events(handle.id)
-            time.sleep(0.1)
-        os.kill(first_agent, signal.SIGKILL)
-        _agent_pid(not_pid=first_agent)  # started by the keeper
+        handle, _ = _submit_and_kill_the_agent(pool, FAILING_PAST_A_BARRIER, first_agent)
         record = handle.wait(timeout=120).record()
         pool.stop()
         assert slurm.wait_for_no_jobs(60) == []
