@@ -100,8 +100,9 @@ class _Runtime:
         # and the whole worker freezes
         self.script_leftovers: list[Any] = []
         # the processes below this worker between jobs, taken after each job has answered (off the
-        # critical path): a job that fails ends those it started, and only those
-        self.known_children: set[int] | None = None
+        # critical path, and listed only when a process was created since): a job that fails ends
+        # those it started, and only those
+        self.known_children = children.KnownChildren()
         # the names cells assigned on this rank, kept for the next cells (a REPL per rank) until the
         # process group is rebuilt: what they hold may be bound to the old group (DDP models)
         self.namespace: dict[str, Any] | None = None
@@ -241,7 +242,7 @@ async def run_rank(job_blob: bytes, dask_worker: Any = None) -> RankOutcome:
             if outcome.status != "ok":
                 _report_end(dask_worker, job, outcome)
             loop.call_soon_threadsafe(finish, outcome)
-            _runtime.known_children = children.child_pids()
+            _runtime.known_children.now()
 
     capture.install(threading.get_ident())
     active.thread = _rank_thread()
@@ -421,9 +422,7 @@ def _execute(
     if cuda_visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible
     children.allow_children()
-    if _runtime.known_children is None:
-        _runtime.known_children = children.child_pids()
-    children_before = _runtime.known_children
+    children_before = _runtime.known_children.last()  # as the previous job left them
     is_script = isinstance(job.code, ScriptCode)
     error_dir = os.path.dirname(env["TORCHELASTIC_ERROR_FILE"])
     if is_script:  # for torch's @record; a few ms of file system work, so only where scripts use it

@@ -32,3 +32,43 @@ def test_children_and_grandchildren_of_every_thread_are_listed_and_ended_ones_ar
         children.end_new_children(before, "the test is over")
         started[0].wait(timeout=30)
     assert direct not in children.child_pids()
+
+
+def test_known_children_list_again_only_once_a_process_was_started(monkeypatch) -> None:
+    listings: list[int] = []
+    real = children.child_pids
+
+    def counted() -> set[int]:
+        listings.append(1)
+        return real()
+
+    monkeypatch.setattr(children, "child_pids", counted)
+    known = children.KnownChildren()
+    before = known.now()
+    assert known.now() == before and len(listings) == 1  # nothing started since: the same list, not read again
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        assert child.pid in known.now()
+        assert len(listings) == 2
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+
+
+def test_known_children_without_the_kernels_last_pid_list_every_time(monkeypatch, tmp_path) -> None:
+    listings: list[int] = []
+    monkeypatch.setattr(children, "child_pids", lambda: listings.append(1) or set())
+    known = children.KnownChildren(stamp_path=str(tmp_path / "no-such-file"))
+    known.now()
+    known.now()
+    assert len(listings) == 2
+
+
+def test_known_children_last_is_the_list_as_taken(monkeypatch) -> None:
+    listings: list[int] = []
+    monkeypatch.setattr(children, "child_pids", lambda: listings.append(1) or {1234})
+    known = children.KnownChildren()
+    assert known.last() == {1234} and len(listings) == 1  # taken the first time
+    child = subprocess.Popen(["true"])
+    child.wait(timeout=30)
+    assert known.last() == {1234} and len(listings) == 1  # a process was started since: still not read
