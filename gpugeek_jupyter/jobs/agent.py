@@ -36,6 +36,7 @@ from .events import CancelRequested, Events, PoolStopping, WorkerRemoved, rank_e
 from .lineage import describe_software
 from .logs import JobLogs, MetricsCallback
 from .names import RanksHold, Shipment
+from .output import rank_ranges
 from .payload import CANCEL_TOPIC, OUTPUT_TOPIC, CellCode, RankJob, RankOutcome, ScriptCode
 from .pool_queue import PoolQueue, WaitCallback
 from .process_group import ProcessGroup, ProcessGroupBuilder
@@ -363,10 +364,19 @@ class JobAgent:
         attempt = watch.outcome()
         if shipment is not None:
             self._took_names(shipment, attempt, watch, on_notice or log.info)
-        if attempt.ok and request.ranks is None and request.kind == "cell":
+        left = watch.ranks_that_left_the_group() if attempt.ok else []
+        if attempt.ok and request.ranks is None and request.kind == "cell" and not left:
             self._warm_generation = group.generation  # every rank has joined this generation's group
         if request.kind == "script" or not (attempt.ok or watch.group_intact()):  # a script's group is gone with it
             self.group = None  # and a failed job's, unless no rank of it called torch.distributed
+        if left:  # the others would wait for them in a group they left: built again for the next cell
+            self.group = None
+            self.holds.lost()
+            (on_notice or log.info)(
+                f"{'rank' if len(left) == 1 else 'ranks'} {rank_ranges(left)} ended the cell without its process group "
+                "(dist.destroy_process_group() ran there, not on every rank): the group is built again for the "
+                "next cell, and the names the ranks held go with it"
+            )
         if watch.gone:
             self.roster.mark_dead(watch.gone)
         if request.kind == "script":  # fresh processes for the next job, as torchrun starts them per run

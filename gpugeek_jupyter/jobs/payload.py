@@ -80,3 +80,6 @@ class RankOutcome:
     # a cell's groups' sequence numbers by name as it ended (rank.group_sequences), when done or kept:
     # the group serves the next cell only if every rank of every group stopped at the same call
     sequences: dict[str, int] | None = None
+    # a cell done with no process group left on this rank (``dist.destroy_process_group()`` in it):
+    # when other ranks kept theirs, the next cell would wait for this one in a group it left
+    left_group: bool = False

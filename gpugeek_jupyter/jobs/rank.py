@@ -85,6 +85,7 @@ class _Runtime:
     def __init__(self) -> None:
         self.generation: str | None = None
         self.group_ready = False
+        self.group_builds = 0  # of this generation's group here (more than one: a cell destroyed it on every rank)
         self.store: Any = None  # TCPStore server when this worker is rank 0's
         self.active: _ActiveJob | None = None
         self.own_gpu: str | None = None
@@ -127,7 +128,7 @@ def _running(active: _ActiveJob | None, launch: str | None = None) -> bool:
 _runtime = _Runtime()
 DROPPED_NAME_NOTE = (
     "dropped with the rank's other names when the process group was rebuilt after a failed or interrupted "
-    "cell, a change of workers or a script: run the cell that assigned it again"
+    "cell, a change of workers, a script or a cell that left it on some ranks: run the cell that assigned it again"
 )
 
 
@@ -155,6 +156,7 @@ def prepare_generation(generation: str, slots: dict[str, RankSlot], dask_worker:
     _drop_group()
     slot = slots[dask_worker.address]
     _runtime.generation, _runtime.slot, _runtime.store = generation, slot, None
+    _runtime.group_builds = 0
     if slot.rank == 0:
         _runtime.store = _rendezvous_store(slot)
         facts["port"] = int(_runtime.store.port)
@@ -477,6 +479,7 @@ def _execute(
             os.rmdir(error_dir)  # only when empty: an error file written by @record stays
     if not is_script and outcome.status == "ok":
         outcome.sequences = group_sequences()  # the driver compares the ranks' (AttemptWatch.group_intact)
+        outcome.left_group = _runtime.group_ready and not _group_up()  # the cell destroyed it
     outcome.output = forwarder.collected
     outcome.sent = forwarder.sent
     outcome.replay = forwarder.replay if forwarder.sent else None
@@ -582,7 +585,17 @@ def _device(slot: RankSlot) -> Any:
     return torch.device("cpu")
 
 
-def _ensure_group(job: RankJob, device: Any) -> None:
+def _store_again(job: RankJob, slot: RankSlot) -> Any:
+    """The generation's rendezvous store under a prefix of this build's own: ``env://`` would meet
+    under the first build's (``/worker/attempt_<n>``), whose keys still name the old group's sockets."""
+    from torch.distributed import PrefixStore, TCPStore
+    from torch.distributed.constants import default_pg_timeout
+
+    store = TCPStore(job.master_addr, job.master_port, slot.world_size, is_master=False, timeout=default_pg_timeout)
+    return PrefixStore(f"/gpugeek/build_{_runtime.group_builds}/attempt_{job.attempt}", store)
+
+
+def _ensure_group(job: RankJob, device: Any, slot: RankSlot) -> None:
     import torch.distributed as dist
 
     if _runtime.group_ready and dist.is_initialized():
@@ -591,7 +604,13 @@ def _ensure_group(job: RankJob, device: Any) -> None:
     kwargs: dict[str, Any] = {}
     if device.type == "cuda":
         kwargs["device_id"] = device
-    dist.init_process_group(job.backend, init_method="env://", **kwargs)
+    if _runtime.group_builds:  # a cell destroyed it on every rank: built again together, names kept
+        dist.init_process_group(
+            job.backend, store=_store_again(job, slot), rank=slot.rank, world_size=slot.world_size, **kwargs
+        )
+    else:
+        dist.init_process_group(job.backend, init_method="env://", **kwargs)
+    _runtime.group_builds += 1
     # whole on every rank before any runs the job's code: a rank that returned from gloo's mesh
     # first and failed at once (a bad argument) closed its pairs while a peer still connected them,
     # and that peer's error read "Gloo connectFullMesh failed" instead of the job's own
@@ -658,6 +677,12 @@ def _drop_group(keep_generation: bool = False) -> None:
         forget_meshes()
 
 
+def _group_up() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_initialized())
+
+
 def group_sequences() -> dict[str, int] | None:
     """How many calls this process has made on each of its process groups (torch's sequence numbers:
     collectives, and on gloo point-to-point calls too), by the group's name: torch names groups in
@@ -676,7 +701,7 @@ def _hold_group(outcome: RankOutcome, eligible: bool) -> None:
     """After a failure or a stop: keep the process group on hold when it is up and torch can say
     where each of its groups stands (``outcome.sequences``), for the driver to judge whether every
     rank stopped at the same call; else it is dropped when the job ends."""
-    outcome.sequences = group_sequences() if eligible and _runtime.group_ready else None
+    outcome.sequences = group_sequences() if eligible and _runtime.group_ready and _group_up() else None
     outcome.group_kept = outcome.sequences is not None
 
 
@@ -736,7 +761,7 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, 
     # inside torch's init_process_group half way; a cancel while it is built takes effect as the
     # user's code would start, a peer that is gone makes the init fail by itself (and
     # _forget_unfinished_group undoes what it had done), and a rank stuck there ends with its worker
-    _ensure_group(job, device)
+    _ensure_group(job, device, slot)
     with _user_code(active):
         for alias, module in code.imports:
             namespace[alias] = importlib.import_module(module)

@@ -106,6 +106,22 @@ def test_process_group_stays_warm_between_cells(pool: Any) -> None:
     assert run_cell(pool, probe, {}).values != first.values  # rank 0 waited in a barrier rank 1 left: rebuilt
 
 
+def test_a_cell_that_destroys_the_group_on_some_ranks_has_it_built_again(pool: Any) -> None:
+    notices: list[str] = []
+    assert run_cell(pool, "dist.barrier()\nkept = rank", {}).ok
+    left = run_cell(pool, "if rank == 1:\n    dist.destroy_process_group()", {}, on_notice=notices.append)
+    assert left.ok, left.report()
+    assert any("rank 1 ended the cell without its process group" in n for n in notices), notices
+    after = run_cell(pool, "dist.barrier()\nrank", {}, timeout=60)  # was: both ranks failed, "a peer went away"
+    assert after.ok and after.values == [0, 1], after.report()
+    lost = run_cell(pool, "kept", {})
+    assert not lost.ok and "NameError" in (lost.failure or "")  # went with the group, as a rebuild says
+    # every rank leaving it is the user's own teardown: they build it again together, names kept
+    assert run_cell(pool, "kept = rank\ndist.destroy_process_group()", {}, on_notice=notices.append).ok
+    assert run_cell(pool, "dist.barrier()\nkept", {}, timeout=60).values == [0, 1]
+    assert sum("without its process group" in n for n in notices) == 1
+
+
 def test_ddp_steps_match_one_process_on_the_concatenated_batches(pool: Any) -> None:
     torch.manual_seed(1)
     batches = [[(torch.randn(16, 8), torch.randn(16, 4)) for _rank in range(2)] for _step in range(4)]
