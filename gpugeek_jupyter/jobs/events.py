@@ -46,10 +46,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RankAnswered:
-    """The worker at ``address`` answered the launch: the rank's outcome, or the error instead."""
+    """The worker at ``address`` answered the launch: the rank's outcome (as it travels, see
+    :func:`~.payload.outcome_to_wire`), or the error instead."""
 
     address: str
-    answer: RankOutcome | BaseException
+    answer: bytes | RankOutcome | BaseException
 
 
 @dataclass(frozen=True)

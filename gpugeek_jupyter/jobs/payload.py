@@ -6,6 +6,7 @@ The notebook's own objects travel inside :attr:`CellCode.names_blob` (a cloudpic
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,3 +84,16 @@ class RankOutcome:
     # a cell done with no process group left on this rank (``dist.destroy_process_group()`` in it):
     # when other ranks kept theirs, the next cell would wait for this one in a group it left
     left_group: bool = False
+
+
+def outcome_to_wire(outcome: RankOutcome) -> bytes:
+    """A rank's answer as it travels: bytes, which dask's messages carry as they are (a dataclass
+    would be wrapped, sized and pickled by dask on the way, several times the cost)."""
+    return pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def outcome_from_wire(blob: bytes) -> RankOutcome:
+    outcome = pickle.loads(blob)
+    if not isinstance(outcome, RankOutcome):
+        raise TypeError(f"a rank answered {type(outcome).__name__}, not a RankOutcome")
+    return outcome

@@ -10,7 +10,8 @@ The driver (:mod:`.runner`) calls these functions with the worker's ``run`` hand
 - :func:`prepare_generation` on every worker when the process group must be (re)built: drops the
   old group, takes the worker's slot, and on rank 0's worker starts the rendezvous store
   (torchrun's "agent store") on a port its OS picks;
-- :func:`run_rank` runs the job and answers a :class:`~.payload.RankOutcome`;
+- :func:`run_rank` runs the job and answers a :class:`~.payload.RankOutcome` (pickled); after its
+  first call a worker serves it under an op of its own (:func:`.transport.answers_directly`);
 - :func:`cancel_rank`, :func:`where_rank`, :func:`kill_rank` stop a job, say where a rank is, and,
   last resort for a rank stuck in C code, end the worker process so the nanny starts a fresh one;
 - :func:`stack_rank` says where whatever job runs here is, with its stack (``%gpugeek_where``).
@@ -49,9 +50,10 @@ from .capture import Forwarder
 from .diagnose import describe_stack, format_user_traceback, is_peer_failure, one_line
 from .env import RANK_VARIABLES, build_worker_env, compile_cache_env, error_file_path, interface_of
 from .layout import RankSlot
-from .payload import OUTPUT_TOPIC, CellCode, RankJob, RankOutcome, ScriptCode
+from .payload import OUTPUT_TOPIC, CellCode, RankJob, RankOutcome, ScriptCode, outcome_to_wire
 from .rank_shell import rank_get_ipython
 from .rank_stack import stack_frames
+from .transport import answers_directly
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +192,10 @@ def _rendezvous_store(slot: RankSlot) -> Any:
     return store
 
 
-async def run_rank(job_blob: bytes, dask_worker: Any = None) -> RankOutcome:
-    """Run this worker's rank of a job on its rank thread; answer when it has finished.
+@answers_directly
+async def run_rank(job_blob: bytes, dask_worker: Any = None) -> bytes:
+    """Run this worker's rank of a job on its rank thread; answer when it has finished, with its
+    :class:`~.payload.RankOutcome` pickled (:func:`~.payload.outcome_from_wire` reads it).
 
     A rank that fails also says so at once on the output topic, so that the driver can stop the
     other ranks before they answer.
@@ -218,7 +222,7 @@ async def run_rank(job_blob: bytes, dask_worker: Any = None) -> RankOutcome:
         )
     if early is not None:
         _report_end(dask_worker, job, early)
-        return early
+        return outcome_to_wire(early)
     assert slot is not None
     loop = asyncio.get_running_loop()
     done: asyncio.Future[RankOutcome] = loop.create_future()
@@ -250,7 +254,7 @@ async def run_rank(job_blob: bytes, dask_worker: Any = None) -> RankOutcome:
     active.thread = _rank_thread()
     _runtime.active = active
     _runtime.work.put(body)
-    return await done
+    return outcome_to_wire(await done)
 
 
 def _rank_thread() -> threading.Thread:

@@ -36,7 +36,7 @@ from .events import (
 from .layout import Layout
 from .logs import JobLogs, rank_state
 from .output import format_ranks
-from .payload import RankOutcome
+from .payload import RankOutcome, outcome_from_wire
 from .process_group import ProcessGroup
 from .result import RankReport
 from .roster import WorkerRoster
@@ -311,9 +311,11 @@ class AttemptWatch:
         elif self.stopping is None and self.peers_stop_due.at is None:
             self.peers_stop_due.arm(time.monotonic() + PEER_STOP_DELAY_S)
 
-    def _answered(self, address: str, answer: RankOutcome | BaseException) -> None:
+    def _answered(self, address: str, answer: bytes | RankOutcome | BaseException) -> None:
         if address not in self.pending:
             return
+        if isinstance(answer, bytes):
+            answer = outcome_from_wire(answer)
         self.pending.discard(address)
         self.answers[address] = answer
         if isinstance(answer, RankOutcome):
