@@ -4,7 +4,8 @@ Everything else in :mod:`gpugeek_jupyter.jobs` speaks to workers through :class:
 this is the only module that knows how dask carries a call. A rank is started with the worker's own
 ``run`` handler (the one ``client.run`` reaches through the scheduler) called directly on the
 worker, one hop less each way, and through the scheduler when this process cannot reach the worker
-(a pool attached across networks). Output and failures travel as dask events
+(a pool attached across networks); after that first call the worker serves it under a handler of
+its own (:func:`answers_directly`), without ``run``'s work around each call. Output and failures travel as dask events
 (``Worker.log_event`` / ``Client.subscribe_topic``); the scheduler's ``remove-worker`` event on a
 worker's own topic says at once that it died. Only the pool's ``Client`` is needed, never the cluster
 object: the same code drives a pool this process launched and one attached by address.
