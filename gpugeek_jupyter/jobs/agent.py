@@ -367,6 +367,10 @@ class JobAgent:
         left = watch.ranks_that_left_the_group() if attempt.ok else []
         if attempt.ok and request.ranks is None and request.kind == "cell" and not left:
             self._warm_generation = group.generation  # every rank has joined this generation's group
+        elif left:  # each rank builds it again at its next cell: all together before a cell on some ranks
+            self._warm_generation = None
+        if len(left) == len(group.layout.slots):
+            left = []  # every rank left it (a script's last line): they build it again together, names kept
         if request.kind == "script" or not (attempt.ok or watch.group_intact()):  # a script's group is gone with it
             self.group = None  # and a failed job's, unless no rank of it called torch.distributed
         if left:  # the others would wait for them in a group they left: built again for the next cell

@@ -352,11 +352,8 @@ class AttemptWatch:
         )
 
     def ranks_that_left_the_group(self) -> list[int]:
-        """The ranks of a done cell that destroyed their process group while others kept theirs
-        (empty when none did, or every rank of the group did: they build it again together at the
-        next cell). A cell run on some ranks only leaves the others in the group."""
-        left = sorted(a.rank for a in self.answers.values() if isinstance(a, RankOutcome) and a.left_group)
-        return left if len(left) < len(self.layout.slots) else []
+        """The ranks of a done cell that destroyed their process group (``dist.destroy_process_group()``)."""
+        return sorted(a.rank for a in self.answers.values() if isinstance(a, RankOutcome) and a.left_group)
 
     def _drop_kept_groups(self) -> None:
         """Other ranks still run past the grace: those that failed let go of their groups (see

@@ -120,6 +120,10 @@ def test_a_cell_that_destroys_the_group_on_some_ranks_has_it_built_again(pool: A
     assert run_cell(pool, "kept = rank\ndist.destroy_process_group()", {}, on_notice=notices.append).ok
     assert run_cell(pool, "dist.barrier()\nkept", {}, timeout=60).values == [0, 1]
     assert sum("without its process group" in n for n in notices) == 1
+    # a cell on one rank next: every rank joins the group again first (it would wait for the others)
+    assert run_cell(pool, "dist.destroy_process_group()", {}).ok
+    alone = run_cell(pool, "(dist.get_world_size(), kept)", {}, ranks=[0], timeout=60)
+    assert alone.ok and alone.values[0] == (2, 0), alone.report()
 
 
 def test_ddp_steps_match_one_process_on_the_concatenated_batches(pool: Any) -> None:
