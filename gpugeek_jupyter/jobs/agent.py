@@ -36,7 +36,7 @@ from .events import CancelRequested, Events, PoolStopping, WorkerRemoved, rank_e
 from .lineage import describe_software
 from .logs import JobLogs, MetricsCallback
 from .names import RanksHold, Shipment
-from .output import rank_ranges
+from .output import format_ranks
 from .payload import CANCEL_TOPIC, OUTPUT_TOPIC, CellCode, RankJob, RankOutcome, ScriptCode
 from .pool_queue import PoolQueue, WaitCallback
 from .process_group import ProcessGroup, ProcessGroupBuilder
@@ -369,15 +369,15 @@ class JobAgent:
             self._warm_generation = group.generation  # every rank has joined this generation's group
         elif left:  # each rank builds it again at its next cell: all together before a cell on some ranks
             self._warm_generation = None
-        if len(left) == len(group.layout.slots):
-            left = []  # every rank left it (a script's last line): they build it again together, names kept
         if request.kind == "script" or not (attempt.ok or watch.group_intact()):  # a script's group is gone with it
             self.group = None  # and a failed job's, unless no rank of it called torch.distributed
-        if left:  # the others would wait for them in a group they left: built again for the next cell
+        # on every rank (a script's last line) they build it again together, names kept; on some, the
+        # others would wait for them in a group they left: built again for the next cell
+        if 0 < len(left) < len(group.layout.slots):
             self.group = None
             self.holds.lost()
             (on_notice or log.info)(
-                f"{'rank' if len(left) == 1 else 'ranks'} {rank_ranges(left)} ended the cell without its process group "
+                f"{format_ranks(left)} ended the cell without its process group "
                 "(dist.destroy_process_group() ran there, not on every rank): the group is built again for the "
                 "next cell, and the names the ranks held go with it"
             )
