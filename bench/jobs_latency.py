@@ -192,14 +192,17 @@ def default_manager(manager: Any) -> Iterator[None]:
 
 
 def registry_rows(registry: Any, pool: Any) -> Callable[[], None]:
-    """A job's two registry rows, as the agent writes them: queued (running at once), then ended."""
+    """A job's two registry rows, as the agent writes them: queued (running at once), then ended (a
+    brief job's end written behind: the next job's queue row carries it)."""
     from gpugeek_jupyter.jobs.pool_queue import this_submitter
     from gpugeek_jupyter.jobs.request import new_job_id
 
     def call() -> None:
         job_id = new_job_id()
         registry.queue_job(job_id, pool.id, pool.name, "cell", "ab" * 32, 2, this_submitter())
-        registry.finish_job(job_id, "succeeded", 0, [0, 0], None, {"duration_s": 0.01, "failed_rank": None})
+        registry.finish_job(
+            job_id, "succeeded", 0, [0, 0], None, {"duration_s": 0.01, "failed_rank": None}, behind=True
+        )
 
     return call
 

@@ -4,6 +4,12 @@ A row is created when the job joins its pool's queue (:mod:`.pool_queue`): ``run
 nobody is ahead, else ``queued`` until its turn; it is ended once, with the job's final status. A stop of the pool reaches the job through the pool's before-stop
 event, so the job ends ``cancelled`` with the stop's reason before its workers go; the store closes
 what is still open when a pool ends (``cancelled`` for a stop, ``failed`` for a failed or lost pool).
+
+The end of a job that succeeded within :data:`ENDED_BEHIND_WITHIN_S` is written behind: by this
+process's next registry write (the next job's queue row), before its next read, or within
+``store._behind.WRITE_WITHIN_S``. A process killed in between loses that end (its row is ended as a
+dead submitter's by whoever finds it in the queue); a job that ran longer has its end written before
+its result is returned, so a crash never loses it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from .result import JobResult
 
 if TYPE_CHECKING:
     from ..pools import Pool
+
+ENDED_BEHIND_WITHIN_S = 1.0  # a job that succeeded within this has its end row written behind
 
 
 class JobRecord:
@@ -92,7 +100,8 @@ class JobRecord:
             self.registry.note_job(self.job_id, key, text)
 
     def finished(self, result: JobResult) -> None:
-        """The job's final status, restarts, per-rank exits and why it failed."""
+        """The job's final status, restarts, per-rank exits and why it failed; the end of a job that
+        succeeded within :data:`ENDED_BEHIND_WITHIN_S` is written behind (``Registry.finish_job``)."""
         if not self.written:
             return
         self.registry.finish_job(
@@ -110,6 +119,7 @@ class JobRecord:
                 **({"software": software} if (software := pool_software(self.pool)) else {}),  # lineage
                 **self.notes,
             },
+            behind=result.ok and result.duration_s < ENDED_BEHIND_WITHIN_S,
         )
 
     def crashed(self, error: BaseException) -> None:

@@ -171,13 +171,13 @@ class JobMagics(Magics):
             In [5]: %%gpugeek_run --env NCCL_DEBUG=INFO --env WANDB_MODE=offline
                ...: print(os.environ["WANDB_MODE"])
             [rank 0] offline
+            [rank 1] offline
 
         A pool runs one job at a time, whichever notebook sends it: on a busy pool the cell waits
         its turn, and says so in one line updated in place (``pool 'dev' is busy: job-... is
         waiting for job-1a2b3c4da910 (notebook train.ipynb, running 12 s); next in line``); an
         interrupt takes it out of the queue. ``--no-wait`` fails at once instead, naming the job
         that holds the pool. ``--timeout`` counts from the start of the run, not of the wait.
-            [rank 1] offline
 
         The cell sees ``rank``, ``world_size``, ``device``, ``dist`` (torch.distributed) and ``gg``
         (``gg.ddp``, ``gg.fsdp``, ``gg.shard``, ``gg.grad_checkpoint``, ``gg.checkpoint``,

@@ -11,12 +11,14 @@ Pool statuses and their transitions (see :class:`PoolStatus`):
 when its owner stops heart-beating (killed kernel). ``stopped``, ``failed`` and ``lost`` are final.
 :meth:`Registry.mark_lost_pools` is the sweeper that makes pools lost; reads never write.
 
-Concurrency: each thread gets its own connection; writes use ``BEGIN IMMEDIATE`` with a generous
-``busy_timeout`` plus a retry loop, so "database is locked" never reaches a user.
+Concurrency: each thread gets its own connection; a process's threads write one at a time (one
+lock per file), and writes use ``BEGIN IMMEDIATE`` with a generous ``busy_timeout`` plus a retry
+loop, so "database is locked" never reaches a user.
 
 Schema: numbered steps applied on open (``PRAGMA user_version``), see :mod:`._migrations`.
 
-Modules: ``_connection`` (connections, write transactions), ``_migrations`` (schema steps),
+Modules: ``_connection`` (connections, write transactions), ``_behind`` (the end of a brief job,
+written a moment later by the next write), ``_migrations`` (schema steps),
 ``_records`` (statuses, records), ``_pools``, ``_workers``, ``_jobs``, ``_utilization``, ``_schedules`` (queries),
 ``_registry`` (:class:`Registry`, :func:`get_registry`), ``_private`` (files ``0600`` in ``0700``
 directories, for the registry and whatever lives beside it).

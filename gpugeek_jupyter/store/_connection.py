@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..polling import poll_until
+from ._behind import WritesBehind, apply_statements, writes_behind
 from ._private import secure_registry_files
 
 BUSY_TIMEOUT_S = 60.0
@@ -77,12 +78,31 @@ class Database:
             self._local.pid = os.getpid()
         return db
 
+    def _behind(self) -> WritesBehind:
+        return writes_behind(self.path)
+
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with immediate_transaction(self._connection()) as db:
-            yield db
+        """A write transaction of this process's (one at a time); it first writes what waits behind."""
+        behind = self._behind()
+        with behind.lock:
+            waiting = behind.take()
+            try:
+                with immediate_transaction(self._connection()) as db:
+                    apply_statements(db, waiting)
+                    yield db
+            except BaseException:
+                behind.give_back(waiting)
+                raise
+
+    def _write_behind(self, sql: str, params: dict[str, Any]) -> None:
+        """Write ``sql`` a moment later, carried by another write (see :mod:`._behind`)."""
+        self._behind().add(sql, params, self._write)
 
     def _read(self, sql: str, args: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        if self._behind().waiting:  # this process reads what it wrote
+            with self._write():
+                pass
         return self._connection().execute(sql, args).fetchall()
 
     def close(self) -> None:

@@ -21,6 +21,12 @@ _PREVIOUS = (
     " AND rowid < (SELECT rowid FROM jobs WHERE id = :id) ORDER BY rowid DESC LIMIT 1"
 )
 
+_FINISH = (
+    "UPDATE jobs SET status = :status, ended_at = CASE WHEN :final THEN :now ELSE ended_at END,"
+    " restarts = :restarts, rank_exits_json = :rank_exits, failure_reason = :reason, summary_json = :summary"
+    " WHERE id = :id"
+)
+
 
 class JobQueries(Database):
     """The ``jobs`` table. Every update is a fixed statement: callers say what happened, not which columns."""
@@ -228,26 +234,27 @@ class JobQueries(Database):
         rank_exits: list[Any],
         failure_reason: str | None,
         summary: dict[str, Any],
+        behind: bool = False,
     ) -> None:
         """Record a job's outcome: its final ``status`` (``ended_at`` now), restarts, each rank's exit,
-        why it failed (``None``: it did not) and a JSON-ready summary."""
+        why it failed (``None``: it did not) and a JSON-ready summary. ``behind``: written a moment
+        later, by this process's next write at the latest (:mod:`._behind`)."""
         status = JobStatus(status)
+        params = {
+            "id": job_id,
+            "status": status.value,
+            "final": status.is_final,
+            "now": self.clock(),
+            "restarts": int(restarts),
+            "rank_exits": json.dumps(rank_exits, default=str),
+            "reason": failure_reason,
+            "summary": json.dumps(summary, default=str),
+        }
+        if behind:
+            self._write_behind(_FINISH, params)
+            return
         with self._write() as db:
-            db.execute(
-                "UPDATE jobs SET status = :status, ended_at = CASE WHEN :final THEN :now ELSE ended_at END,"
-                " restarts = :restarts, rank_exits_json = :rank_exits, failure_reason = :reason, summary_json = :summary"
-                " WHERE id = :id",
-                {
-                    "id": job_id,
-                    "status": status.value,
-                    "final": status.is_final,
-                    "now": self.clock(),
-                    "restarts": int(restarts),
-                    "rank_exits": json.dumps(rank_exits, default=str),
-                    "reason": failure_reason,
-                    "summary": json.dumps(summary, default=str),
-                },
-            )
+            db.execute(_FINISH, params)
 
     def job(self, job_id: str) -> JobRecord:
         """The job with ``job_id``; NotFoundError otherwise."""

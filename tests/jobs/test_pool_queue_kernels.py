@@ -7,6 +7,7 @@ with ``%gpugeek_use`` and run cells on it, as users sharing a pool do.
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +45,17 @@ def _jobs(pool: Any) -> list[Any]:
     return sorted(pool.registry.list_jobs(pool_id=pool.id), key=lambda j: j.queued_at or 0)
 
 
+def _jobs_once_ended(pool: Any, count: int, timeout: float = 10.0) -> list[Any]:
+    """The pool's jobs once ``count`` of them have ended: a brief job's end is written behind, by its
+    kernel's next write or within a moment (``store._behind.WRITE_WITHIN_S``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = _jobs(pool)
+        if sum(j.status.is_final for j in jobs) >= count or time.monotonic() > deadline:
+            return jobs
+        time.sleep(0.02)
+
+
 def _wait_for_running(pool: Any, count: int = 1, timeout: float = 60.0) -> list[Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -76,7 +88,7 @@ def test_a_second_notebooks_cell_waits_for_the_running_one_and_both_results_are_
     assert "A done on 0" in a_result.text and "A done on 1" in a_result.text, a_result.text
     assert b_result.error is None, b_result.text
     assert "B ran on 0" in b_result.text and "B ran on 1" in b_result.text, b_result.text
-    job_a, job_b = _jobs(cpu_pool)
+    job_a, job_b = _jobs_once_ended(cpu_pool, 2)
     waiting = [d["text/plain"] for d in b_result.displays if "is waiting for" in d.get("text/plain", "")]
     assert waiting, b_result.displays
     assert re.search(
@@ -102,7 +114,7 @@ def test_three_notebooks_run_in_the_order_they_arrived(kernels: list[KernelSessi
 
     for name, result in zip("ABC", results, strict=True):
         assert result.error is None and f"{name} done on 1" in result.text, result.text
-    jobs = _jobs(cpu_pool)
+    jobs = _jobs_once_ended(cpu_pool, 3)
     assert [j.submitter for j in jobs] == ["notebook a.ipynb", "notebook b.ipynb", "notebook c.ipynb"]
     assert jobs[0].ended_at <= jobs[1].started_at and jobs[1].ended_at <= jobs[2].started_at, jobs
     c_said = " ".join(d.get("text/plain", "") for d in results[2].displays)
@@ -143,13 +155,44 @@ def test_a_killed_kernels_job_frees_the_pool_for_the_one_waiting(kernels: list[K
     b_result = b.collect(second, timeout=90)
 
     assert b_result.error is None and "B ran on 1" in b_result.text, b_result.text
-    job_a, job_b = _jobs(cpu_pool)
+    job_a, job_b = _jobs_once_ended(cpu_pool, 2)
     assert job_a.status.value == "failed"
     assert job_a.failure_reason == "its submitter ended (the process that ran or queued it is gone)"
     assert job_b.status.value == "succeeded"
     # the liveness period: the dead submitter is seen at once, its ranks ended after the grace at most
     assert job_b.started_at - job_a.ended_at < 1.0
     assert time.monotonic() - killed_at < 30.0
+
+
+KILLED_AFTER_TWO_JOBS = """
+import os, signal, gpugeek_jupyter
+from gpugeek_jupyter.jobs import run_cell
+pool = gpugeek_jupyter.current_pool()
+if run_cell(pool, "import time\\ntime.sleep(1.2)", {}).ok and run_cell(pool, "pass", {}).ok:
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_kernel_killed_right_after_its_jobs_keeps_the_end_of_the_one_that_ran_past_a_second(
+    kernels: list[KernelSession], cpu_pool: Any
+) -> None:
+    """A job that ran ENDED_BEHIND_WITHIN_S or longer has its end written before its result returns;
+    a briefer one's end is written behind, and a kill right after loses it: its row stays running
+    until the next job to queue ends it as a dead submitter's."""
+    a, b, _ = kernels
+    a.execute(KILLED_AFTER_TWO_JOBS)
+    assert a.wait_for_exit() == -signal.SIGKILL, "the cell did not get to kill its kernel: a job failed"
+    long_job, brief_job = _jobs(cpu_pool)
+    assert long_job.status.value == "succeeded"
+    assert brief_job.status.value == "running"
+
+    after = b.run("%%gpugeek_run\nprint('B ran on', rank)")
+
+    assert after.error is None and "B ran on 1" in after.text, after.text
+    long_job, brief_job, job_b = _jobs_once_ended(cpu_pool, 3)
+    assert (long_job.status.value, job_b.status.value) == ("succeeded", "succeeded")
+    assert brief_job.status.value == "failed"
+    assert brief_job.failure_reason == "its submitter ended (the process that ran or queued it is gone)"
 
 
 def test_no_wait_fails_at_once_naming_the_job_that_holds_the_pool(kernels: list[KernelSession], cpu_pool: Any) -> None:

@@ -107,6 +107,15 @@ class KernelSession:
         import signal
 
         os.kill(self.pid, signal.SIGKILL)
+        self._gone()
+
+    def wait_for_exit(self, timeout: float = 120.0) -> int:
+        """Wait for the kernel process to end by itself (a cell that killed it); its exit status."""
+        status = self.manager.provisioner.process.wait(timeout=timeout)  # type: ignore[union-attr]
+        self._gone()
+        return int(status)
+
+    def _gone(self) -> None:
         self.killed = True
         self.client.stop_channels()
         self.manager.cleanup_resources()
