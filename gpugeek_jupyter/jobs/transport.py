@@ -72,6 +72,13 @@ def _pickled_function(function: Callable[..., Any]) -> bytes:
 _NO_KWARGS = pickle.dumps({}, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def _small(blobs: tuple[bytes, ...]) -> bool:
+    """Whether a request of these pickles is far below the size dask packs on another thread."""
+    from distributed.comm.utils import OFFLOAD_THRESHOLD
+
+    return not OFFLOAD_THRESHOLD or sum(map(len, blobs)) < OFFLOAD_THRESHOLD // 2
+
+
 def answers_directly(function: Callable[..., Any]) -> Callable[..., Any]:
     """Mark a coroutine function that takes ``dask_worker`` and answers data msgpack carries as it
     is (bytes) to be served by each worker under an op of its own once it ran there through dask's
@@ -182,6 +189,11 @@ class PoolTransport:
                 self._reached.add(address)
                 op = getattr(function, "direct_op", None)
                 served = op is not None and (address, op) in self._served
+                # a small request is packed where it is sent (dask would first walk the message with
+                # sizeof to decide whether to pack it on another thread), and its answer, bytes,
+                # unpacked there too. The comm is pooled: its setting is put back before reuse
+                offload = comm.allow_offload
+                comm.allow_offload = not _small(pickled)
                 try:
                     if served:
                         response = await send_recv(comm, op=op, args=list(args))
@@ -191,6 +203,7 @@ class PoolTransport:
                             comm, op="run", function=function_blob, args=args_blob, kwargs=kwargs_blob, wait=True
                         )
                 finally:
+                    comm.allow_offload = offload
                     self.client.rpc.reuse(address, comm)
                 if served:
                     if response is None:  # no such op: a new worker process at the same address
