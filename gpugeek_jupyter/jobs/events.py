@@ -7,9 +7,10 @@ dispatches on the event's type. Who puts what, and when:
 event              emitted by                                      when
 =================  ==============================================  ===================================
 ``RankAnswered``   :meth:`.transport.PoolTransport.launch`         a rank's call returned: its
-                   (on the pool client's event loop)               :class:`~.payload.RankOutcome`, or
-                                                                   the error that replaced it (the
-                                                                   worker died or was unreachable)
+                   (on the pool client's event loop)               :class:`~.payload.RankOutcome`
+                                                                   pickled, or the error that
+                                                                   replaced it (the worker died or
+                                                                   was unreachable)
 ``RankOutput``     the agent's subscription to ``OUTPUT_TOPIC``    a rank printed (sent by
                    (:func:`rank_event`, on dask's event thread)    :mod:`.capture`, lines coalesced)
 ``RankProgress``   the same subscription                           a rank's tqdm bar moved or closed
@@ -38,19 +39,16 @@ from __future__ import annotations
 
 import queue
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .payload import RankOutcome
+from typing import Any
 
 
 @dataclass(frozen=True)
 class RankAnswered:
-    """The worker at ``address`` answered the launch: the rank's outcome (as it travels, see
+    """The worker at ``address`` answered the launch: the rank's outcome as it travels (pickled, see
     :func:`~.payload.outcome_to_wire`), or the error instead."""
 
     address: str
-    answer: bytes | RankOutcome | BaseException
+    answer: bytes | BaseException
 
 
 @dataclass(frozen=True)

@@ -349,7 +349,8 @@ class PoolTransport:
 
     def follow_removals(self, addresses: list[str], on_removed: Callable[[str], None]) -> None:
         """Call ``on_removed(address)`` the moment the scheduler removes one of these workers (its own
-        event topic); workers no longer listed are no longer followed."""
+        event topic); workers no longer listed are no longer followed, nor remembered as serving a
+        function directly."""
 
         def receive(address: str, event: tuple[float, Any]) -> None:
             _, message = event
@@ -361,6 +362,7 @@ class PoolTransport:
         for address in set(addresses) - self._followed:
             self.client.subscribe_topic(address, functools.partial(receive, address))
         self._followed = set(addresses)
+        self._served = {(address, op) for address, op in self._served if address in self._followed}
 
 
 # -- how a worker process ended --------------------------------------------------------------------

@@ -311,11 +311,10 @@ class AttemptWatch:
         elif self.stopping is None and self.peers_stop_due.at is None:
             self.peers_stop_due.arm(time.monotonic() + PEER_STOP_DELAY_S)
 
-    def _answered(self, address: str, answer: bytes | RankOutcome | BaseException) -> None:
+    def _answered(self, address: str, wire: bytes | BaseException) -> None:
         if address not in self.pending:
             return
-        if isinstance(answer, bytes):
-            answer = outcome_from_wire(answer)
+        answer = outcome_from_wire(wire) if isinstance(wire, bytes) else wire
         self.pending.discard(address)
         self.answers[address] = answer
         if isinstance(answer, RankOutcome):

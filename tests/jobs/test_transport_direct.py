@@ -48,3 +48,16 @@ def test_an_error_of_a_directly_served_call_reaches_the_driver(pool: Any) -> Non
     answers = [events.get(timeout=30).answer for _ in addresses]
     assert all(isinstance(answer, pickle.UnpicklingError) for answer in answers), answers
     assert run_cell(pool, "dist.barrier()\nrank", {}).values == [0, 1]  # the workers serve on
+
+
+def test_a_worker_that_left_the_pool_is_no_longer_remembered_as_serving(pool: Any) -> None:
+    assert run_cell(pool, "dist.barrier()", {}).ok
+    roster, transport = agent_for(pool).roster, agent_for(pool).transport
+    kept, gone = _addresses(pool)
+    try:
+        transport.follow_removals([kept], roster._removed)  # as a new layout without that worker
+        assert {address for address, _ in transport._served} == {kept}
+    finally:
+        transport.follow_removals([kept, gone], roster._removed)
+    assert run_cell(pool, "dist.barrier()\nrank", {}).values == [0, 1]
+    assert (gone, OP) in transport._served  # served again once it ran there through run
