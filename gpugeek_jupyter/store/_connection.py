@@ -68,6 +68,7 @@ class Database:
         secure_registry_files(self.path)
         self.clock = clock
         self._local = threading.local()
+        self._file = Path(os.path.realpath(self.path))  # one file, however its path is spelled
 
     def _connection(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
@@ -79,7 +80,7 @@ class Database:
         return db
 
     def _behind(self) -> WritesBehind:
-        return writes_behind(self.path)
+        return writes_behind(self._file)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

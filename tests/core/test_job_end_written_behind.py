@@ -130,3 +130,13 @@ def test_a_process_killed_inside_the_window_loses_only_that_end(registry: Regist
     assert killed.returncode == -signal.SIGKILL
     assert status_seen_by_another_connection(registry.path, "job-1") == "succeeded"
     assert status_seen_by_another_connection(registry.path, "job-2") == "running"
+
+
+def test_a_registry_opened_by_another_spelling_of_its_path_reads_the_end_too(
+    registry: Registry, pool_id: int, no_writer_thread: None, tmp_path: Path
+) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path, target_is_directory=True)
+    queue(registry, pool_id, "job-1")
+    finish_behind(registry, "job-1")
+    assert Registry(link / registry.path.name).job("job-1").status is JobStatus.SUCCEEDED
