@@ -146,10 +146,11 @@ class PoolTransport:
 
         # once for every rank (they start closer together); the function is the same every job
         pickled = (_pickled_function(function), dumps(args), _NO_KWARGS)
+        small = _small(pickled)
 
         async def launch_all() -> None:  # one wake-up of the event loop for all ranks
             for address in addresses:
-                task = asyncio.ensure_future(self._call(address, function, *args, pickled=pickled))
+                task = asyncio.ensure_future(self._call(address, function, *args, pickled=pickled, small=small))
                 task.add_done_callback(functools.partial(_post_answer, events, address))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -164,7 +165,12 @@ class PoolTransport:
             sent.result(timeout=LAUNCH_SENT_S)
 
     async def _call(
-        self, address: str, function: Callable[..., Any], *args: Any, pickled: tuple[bytes, bytes, bytes]
+        self,
+        address: str,
+        function: Callable[..., Any],
+        *args: Any,
+        pickled: tuple[bytes, bytes, bytes],
+        small: bool,
     ) -> Any:
         from distributed.core import clean_exception, send_recv
 
@@ -193,7 +199,7 @@ class PoolTransport:
                 # sizeof to decide whether to pack it on another thread), and its answer, bytes,
                 # unpacked there too. The comm is pooled: its setting is put back before reuse
                 offload = comm.allow_offload
-                comm.allow_offload = not _small(pickled)
+                comm.allow_offload = not small
                 try:
                     if served:
                         response = await send_recv(comm, op=op, args=list(args))
@@ -208,7 +214,7 @@ class PoolTransport:
                 if served:
                     if response is None:  # no such op: a new worker process at the same address
                         self._served.discard((address, op))
-                        return await self._call(address, function, *args, pickled=pickled)
+                        return await self._call(address, function, *args, pickled=pickled, small=small)
                     if not isinstance(response, dict):  # a dict is the error dask made of an exception
                         return response
                 elif response["status"] == "OK":

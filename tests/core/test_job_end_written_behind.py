@@ -3,9 +3,7 @@ own process, seen by others within the window, and lost only to a process killed
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -15,31 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from gpugeek_jupyter.store import JobStatus, PoolStatus, Registry, Submitter, _behind, process_started_at
-
-ME = Submitter("notebook me.ipynb", os.getpid(), socket.gethostname(), process_started_at(os.getpid()))
-
-
-@pytest.fixture
-def registry(tmp_path: Path) -> Registry:
-    return Registry(tmp_path / "behind.sqlite")
-
-
-@pytest.fixture
-def pool_id(registry: Registry) -> int:
-    record = registry.add_pool("shared", "local", {"gpu_type": "cpu", "count": 2}, {"on_demand": 1.0}, owner="tests")
-    registry.set_pool_status(record.id, PoolStatus.READY)
-    return record.id
+from gpugeek_jupyter.store import JobStatus, Registry, _behind
+from support.queue_rows import queue
 
 
 @pytest.fixture
 def no_writer_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """The thread that writes what waits is kept from doing so during the test (a minute's window)."""
     monkeypatch.setattr(_behind, "WRITE_WITHIN_S", 60.0)
-
-
-def queue(registry: Registry, pool_id: int, job_id: str) -> None:
-    registry.queue_job(job_id, pool_id, "shared", "cell", "0" * 64, 2, ME)
 
 
 def finish_behind(registry: Registry, job_id: str) -> None:

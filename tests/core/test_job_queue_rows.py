@@ -2,32 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import socket
-from pathlib import Path
-
-import pytest
-
 from gpugeek_jupyter.cost.ledger import job_cost
-from gpugeek_jupyter.store import JobStatus, PoolStatus, Registry, Submitter, process_started_at
-
-ME = Submitter("notebook me.ipynb", os.getpid(), socket.gethostname(), process_started_at(os.getpid()))
-
-
-@pytest.fixture
-def registry(tmp_path: Path) -> Registry:
-    return Registry(tmp_path / "queue.sqlite")
-
-
-@pytest.fixture
-def pool_id(registry: Registry) -> int:
-    record = registry.add_pool("shared", "local", {"gpu_type": "cpu", "count": 2}, {"on_demand": 1.0}, owner="tests")
-    registry.set_pool_status(record.id, PoolStatus.READY)
-    return record.id
-
-
-def queue(registry: Registry, pool_id: int, job_id: str, submitter: Submitter = ME) -> object:
-    return registry.queue_job(job_id, pool_id, "shared", "cell", "0" * 64, 2, submitter)
+from gpugeek_jupyter.store import JobStatus, PoolStatus, Registry
+from support.queue_rows import queue
 
 
 def finish(registry: Registry, job_id: str) -> None:
@@ -37,9 +14,9 @@ def finish(registry: Registry, job_id: str) -> None:
 def test_a_job_with_nobody_ahead_runs_at_once_and_the_next_waits_behind_it(registry: Registry, pool_id: int) -> None:
     first = queue(registry, pool_id, "job-1")
     second = queue(registry, pool_id, "job-2")
-    assert (first.status, first.ahead) == (JobStatus.RUNNING, [])  # type: ignore[attr-defined]
-    assert second.status is JobStatus.QUEUED  # type: ignore[attr-defined]
-    assert [j.id for j in second.ahead] == ["job-1"]  # type: ignore[attr-defined]
+    assert (first.status, first.ahead) == (JobStatus.RUNNING, [])
+    assert second.status is JobStatus.QUEUED
+    assert [j.id for j in second.ahead] == ["job-1"]
     assert registry.take_turn("job-2", pool_id).status is JobStatus.QUEUED
 
     finish(registry, "job-1")
@@ -99,7 +76,7 @@ def test_jobs_of_a_gone_submitter_are_ended_failed_if_running_and_cancelled_if_q
 
 def test_rows_of_a_release_before_the_queue_hold_nobody_up(registry: Registry, pool_id: int) -> None:
     registry.add_job("job-old", pool_id, "shared", "cell", "0" * 64, 2)  # running, no submitter known
-    assert queue(registry, pool_id, "job-new").status is JobStatus.RUNNING  # type: ignore[attr-defined]
+    assert queue(registry, pool_id, "job-new").status is JobStatus.RUNNING
 
 
 def test_a_refused_job_leaves_no_row(registry: Registry, pool_id: int) -> None:
