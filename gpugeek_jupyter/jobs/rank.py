@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import capture, children, descriptors, rank_display, rank_names
+from . import capture, children, descriptors, rank_display, rank_group_init, rank_names
 from .capture import Forwarder
 from .diagnose import describe_stack, format_user_traceback, is_peer_failure, one_line
 from .env import RANK_VARIABLES, build_worker_env, compile_cache_env, error_file_path, interface_of
@@ -605,21 +605,27 @@ def _ensure_group(job: RankJob, device: Any, slot: RankSlot) -> None:
     if _runtime.group_ready and dist.is_initialized():
         return
     _drop_group(keep_generation=True)
-    kwargs: dict[str, Any] = {}
+    _build_group(job, device, slot, job.backend, {})
+    _runtime.group_ready = True
+
+
+def _build_group(job: RankJob, device: Any, slot: RankSlot, backend: str | None, options: dict[str, Any]) -> None:
+    """Build this generation's default group, on every rank together; ``options``: torch's
+    ``timeout``, ``pg_options``, ``device_id``, as a cell that builds it itself asks."""
+    import torch.distributed as dist
+
     if device.type == "cuda":
-        kwargs["device_id"] = device
+        options = {"device_id": device, **options}
+    init = rank_group_init.torch_init_process_group()
     if _runtime.group_builds:  # a cell destroyed it on every rank: built again together, names kept
-        dist.init_process_group(
-            job.backend, store=_store_again(job, slot), rank=slot.rank, world_size=slot.world_size, **kwargs
-        )
+        init(backend, store=_store_again(job, slot), rank=slot.rank, world_size=slot.world_size, **options)
     else:
-        dist.init_process_group(job.backend, init_method="env://", **kwargs)
+        init(backend, init_method="env://", **options)
     _runtime.group_builds += 1
     # whole on every rank before any runs the job's code: a rank that returned from gloo's mesh
     # first and failed at once (a bad argument) closed its pairs while a peer still connected them,
     # and that peer's error read "Gloo connectFullMesh failed" instead of the job's own
     dist.barrier()
-    _runtime.group_ready = True
 
 
 def _private_dir(path: str) -> bool:
@@ -766,7 +772,9 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, 
     # user's code would start, a peer that is gone makes the init fail by itself (and
     # _forget_unfinished_group undoes what it had done), and a rank stuck there ends with its worker
     _ensure_group(job, device, slot)
-    with _user_code(active):
+    rank_group_init.install()
+    rebuild = functools.partial(_build_group, job, device, slot)
+    with _user_code(active), rank_group_init.in_cell(lambda backend, options: rebuild(backend or job.backend, options)):
         for alias, module in code.imports:
             namespace[alias] = importlib.import_module(module)
         rank_names.forget(code.owner, code.forget)

@@ -163,3 +163,20 @@ def test_ddp_dataloader_cell_trains_as_the_same_code_under_torchrun(pool: Any, i
     got = final_loss(result.output[0])
     assert result.values[0] == result.values[1] == pytest.approx(got, rel=1e-9)  # every rank saw the reduced loss
     assert math.isclose(got, expected, rel_tol=REL_TOL), (got, expected)
+
+
+def test_a_torchrun_script_pasted_into_a_cell_trains_as_under_torchrun(pool: Any, in_tmp: Path) -> None:
+    """The plain DDP script, unchanged, as a cell: its ``init_process_group("gloo")`` gets the cell's
+    group, its ``destroy_process_group()`` ends it, and the next paste builds it again."""
+    from gpugeek_jupyter.jobs import run_cell
+
+    script = SCRIPTS / "plain_ddp_dataloader.py"
+    _, stdout, _ = torchrun(script, [], in_tmp)
+    expected = final_loss(stdout)
+    # the ranks' sys.argv is the launching process's, as a notebook kernel's cells see its own: a
+    # cell before gives the script's argparse the arguments torchrun gave it above, none
+    assert run_cell(pool, "import sys\nsys.argv[1:] = []", {}).ok
+    for _ in range(2):
+        result = run_cell(pool, script.read_text(), {"__name__": "__main__"}, timeout=TORCHRUN_TIMEOUT)
+        assert result.returncodes == [0, 0], result.report()
+        assert math.isclose(final_loss(result.output[0]), expected, rel_tol=REL_TOL)
