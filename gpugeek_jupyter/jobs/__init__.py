@@ -90,9 +90,13 @@ def cell_request(
     env: Mapping[str, str] | None = None,
     wait: bool = True,
     track: bool | str | None = None,
+    ipython: str = "",
 ) -> JobRequest:
     """The request of a cell: its code, and the notebook names it uses from ``namespace``, captured now.
-    ``track``: the job's MLflow run (:mod:`.tracking`: None per the setting, False none, or a URI)."""
+    ``track``: the job's MLflow run (:mod:`.tracking`: None per the setting, False none, or a URI).
+    ``ipython``: ``"module:function"`` making, from a rank's namespace, the IPython shell the cell's
+    magics and ``!commands`` run in there (``source`` then went through IPython's transformations,
+    as ``%%gpugeek_run`` does); without it the cell is plain Python."""
     from ..errors import Phrase, SpecError
     from .cell import prepare_cell
     from .request import JobRequest, parse_ranks
@@ -104,7 +108,7 @@ def cell_request(
             value=namespace,
         )
     chosen = parse_ranks(ranks)
-    program = prepare_cell(source, namespace, hidden=hidden, rank0_only=rank0)
+    program = prepare_cell(source, namespace, hidden=hidden, rank0_only=rank0, ipython=ipython)
     request = JobRequest(
         code=program.bare,
         names=program.names,

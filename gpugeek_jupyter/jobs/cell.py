@@ -57,9 +57,12 @@ def prepare_cell(
     namespace: Mapping[str, Any],
     hidden: Collection[str] = (),
     rank0_only: bool = False,
+    ipython: str = "",
 ) -> CellProgram:
-    """Parse ``source`` and fingerprint what it needs from ``namespace``; SpecError naming any bad name."""
-    names, has_value, dead_only = _analyse(source)
+    """Parse ``source`` and fingerprint what it needs from ``namespace``; SpecError naming any bad name.
+    ``ipython``: what runs the cell's magics on the ranks (:attr:`CellCode.ipython`); without it,
+    ``source`` is plain Python."""
+    names, has_value, dead_only = _analyse(source, bool(ipython))
     needed = [n for n in names if n in namespace and n not in RANK_NAMES and n not in hidden]
     imports: list[tuple[str, str]] = []
     values: dict[str, Any] = {}
@@ -91,6 +94,7 @@ def prepare_cell(
         sources=_sources_of(values.values()),
         has_value=has_value,
         rank0_only=rank0_only,
+        ipython=ipython,
     )
     return CellProgram(
         bare=code,
@@ -123,20 +127,75 @@ def check_names(values: Mapping[str, Any], what: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _analyse(source: str) -> tuple[tuple[str, ...], bool, frozenset[str]]:
+def _analyse(source: str, magics_run: bool = False) -> tuple[tuple[str, ...], bool, frozenset[str]]:
     """The cell's free names, whether it ends with an expression, and the free names only code that
-    never runs reads (cached: cells are re-run)."""
+    never runs reads (cached: cells are re-run). ``magics_run``: the source came through IPython's
+    transformations (its magics are calls by then), so a syntax error is the cell's own."""
     try:
         tree = ast.parse(source, filename=CELL_FILENAME)
     except SyntaxError as e:
+        where = f"the cell does not parse: {e.msg} at line {e.lineno} ({(e.text or '').strip()!r})"
         raise SpecError(
-            f"the cell does not parse: {e.msg} at line {e.lineno} ({(e.text or '').strip()!r}); "
-            f"%%gpugeek_run cells are plain Python (no %magics or !commands)",
+            where
+            if magics_run
+            else f"{where}; run_cell() takes plain Python (%magics and !commands run in %%gpugeek_run cells)",
             field="cell",
         ) from e
+    has_value = bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
+    if magics_run and "_magic(" in source:
+        tree = _MagicsCode().visit(tree)
     names = free_names(tree)
-    live = free_names(_WithoutDeadCode().visit(ast.parse(source, filename=CELL_FILENAME)))
-    return tuple(names), bool(tree.body) and isinstance(tree.body[-1], ast.Expr), frozenset(names) - set(live)
+    live = free_names(_WithoutDeadCode().visit(tree))
+    return tuple(names), has_value, frozenset(names) - set(live)
+
+
+# IPython's magics that run code of the cell's: (line magic, the options that take a value)
+_CODE_MAGICS = {"time": "", "timeit": "nrp", "prun": "dlrsTD"}
+
+
+class _MagicsCode(ast.NodeTransformer):
+    """The tree with each ``%time``/``%timeit``/``%prun`` line, and ``%%time``/``%%timeit`` cell,
+    replaced by the code it runs (as IPython transformed it: ``get_ipython().run_line_magic('time',
+    'f(x)')``), so that the notebook names that code reads are sent too, in the cell's order."""
+
+    def visit_Expr(self, node: ast.Expr) -> Any:
+        code = _magic_code(node.value)
+        return node if code is None else code.body
+
+    def visit_Assign(self, node: ast.Assign) -> Any:  # x = %time f(y)
+        code = _magic_code(node.value)
+        if code is not None and len(code.body) == 1 and isinstance(code.body[0], ast.Expr):
+            node.value = code.body[0].value
+        return node
+
+
+def _magic_code(call: ast.expr) -> ast.Module | None:
+    """The code a ``get_ipython().run_line_magic``/``run_cell_magic`` call of a code magic runs."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+        return None
+    strings = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    if len(strings) != len(call.args) or not strings or strings[0] not in _CODE_MAGICS:
+        return None
+    if call.func.attr == "run_line_magic" and len(strings) == 2:
+        code = _without_options(strings[1], _CODE_MAGICS[strings[0]])
+    elif call.func.attr == "run_cell_magic" and len(strings) == 3 and strings[0] != "prun":
+        code = strings[2]
+    else:
+        return None
+    try:
+        return ast.parse(code)
+    except SyntaxError:
+        return None
+
+
+def _without_options(line: str, valued: str) -> str:
+    """A magic's line without its leading options (``-n 10 -r 3 f(x)`` -> ``f(x)``)."""
+    words = line.split(" ")
+    while words and (words[0] == "" or words[0].startswith("-")):
+        flag = words.pop(0)
+        if flag[1:2] in valued and len(flag) == 2:  # its value is the next word
+            words.pop(0) if words else None
+    return " ".join(words)
 
 
 class _WithoutDeadCode(ast.NodeTransformer):

@@ -26,6 +26,9 @@ class CellCode:
     kept: tuple[str, ...] = ()  # names the cell reads that the ranks hold already: not sent
     forget: tuple[int, ...] = ()  # notebook tensors gone since: the ranks drop their copies
     owner: str = ""  # the notebook process whose tensors names_blob refers to
+    # "module:function" making the IPython shell (from the cell's namespace) that the cell's %magics
+    # and !commands run in on the rank, as the magic that sent it says; "": they are refused there
+    ipython: str = ""
 
 
 @dataclass

@@ -476,6 +476,8 @@ def _execute(
         _drop_group()
     finally:
         restore_job_env()
+        if sys.stdin is not None and sys.stdin.closed:  # exit() closes it: the next cells' help() reads it
+            sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - the process's, for its life
     if outcome.status != "ok" or is_script:  # a script's worker is recycled next; a cell's keep theirs
         children.end_new_children(children_before, f"job {job.job_id} {outcome.status}")
     if is_script:
@@ -780,7 +782,7 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, 
         rank_names.forget(code.owner, code.forget)
         outcome.replaced = tuple(rank_names.receive(namespace, cloudpickle.loads(code.names_blob)))
         namespace.update(rank=slot.rank, world_size=slot.world_size, device=device, dist=dist, gg=helpers)
-        namespace["get_ipython"] = rank_get_ipython(namespace, slot.rank)
+        namespace["get_ipython"] = rank_get_ipython(namespace, slot.rank, code.ipython)
         rank_display.use_on_ranks(namespace)
         _rank_loop()
         with helpers.autocast():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import keyword
+import re
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from ..client import DEFAULT_JOBS_LIMIT
 from ..errors import Phrase, SpecError
 from ._common import chosen_pool, local_time, option_number, parse_options, pool_arguments, usage_errors
 from ._rank_displays import RankDisplays
+from ._rank_ipython import SHELL_FOR as RANK_IPYTHON
 from ._rank_redraws import redrawn_in_place
 
 # %load_ext imports this module and must stay instant: the jobs package (dask, cloudpickle), the
@@ -204,6 +206,8 @@ class JobMagics(Magics):
             raise UsageError(f"unexpected arguments {' '.join(script_args)!r} (e.g. %%gpugeek_run {_RUN_EXAMPLE})")
         shell = self.shell
         assert shell is not None
+        if cell is not None:
+            cell = ipython_transformed(shell, cell)
         with usage_errors():
             pool = self._pool(args.pool)
             timeout = option_number(args.timeout, "timeout", 600)
@@ -261,6 +265,7 @@ class JobMagics(Magics):
                         amp=args.amp,
                         rank0=args.rank0,
                         ranks=ranks,
+                        ipython=RANK_IPYTHON,
                         **options,
                     )
             finally:
@@ -322,6 +327,7 @@ class JobMagics(Magics):
                 amp=args.amp,
                 rank0=args.rank0,
                 ranks=ranks,
+                ipython=RANK_IPYTHON,
                 **common,
             )
         pool, kept_now = keep_pool(pool)
@@ -655,6 +661,20 @@ def _track(args: Any) -> bool | str | None:
     if args.no_track and args.track is not None:
         raise UsageError("--track and --no-track ask for opposite things: give one (e.g. %%gpugeek_run --track)")
     return False if args.no_track else args.track
+
+
+# what IPython's static transformations change: magics, !commands and their assignments, help (x?),
+# autocall escapes, prompts and a common indent pasted along; any other cell is plain Python already
+_IPYTHON_SYNTAX = re.compile(r"^[ \t]*(?:[%!?/,;]|>>>|In \[\d*\]:)|\?[ \t]*$|=[ \t]*[%!]|\A[ \t]", re.MULTILINE)
+
+
+def ipython_transformed(shell: Any, cell: str) -> str:
+    """``cell`` as IPython runs it: its magics and ``!commands`` as calls of ``get_ipython()``, which
+    the ranks answer with an IPython shell over their namespace (``RANK_IPYTHON``)."""
+    if _IPYTHON_SYNTAX.search(cell) is None:
+        return cell
+    transformed: str = shell.input_transformer_manager.transform_cell(cell)
+    return transformed
 
 
 def _ends_with_expression(cell: str) -> bool:
