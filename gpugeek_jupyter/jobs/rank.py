@@ -612,13 +612,15 @@ def _ensure_group(job: RankJob, device: Any, slot: RankSlot) -> None:
 
 
 def _build_group(job: RankJob, device: Any, slot: RankSlot, backend: str | None, options: dict[str, Any]) -> None:
-    """Build this generation's default group, on every rank together; ``options``: torch's
-    ``timeout``, ``pg_options``, ``device_id``, as a cell that builds it itself asks."""
+    """Build this generation's default group, on every rank together, on ``backend`` (None: the
+    job's); ``options``: torch's ``timeout``, ``pg_options``, ``device_id``, as a cell that builds
+    it itself asks."""
     import torch.distributed as dist
 
     if device.type == "cuda":
         options = {"device_id": device, **options}
     init = rank_group_init.torch_init_process_group()
+    backend = backend or job.backend
     if _runtime.group_builds:  # a cell destroyed it on every rank: built again together, names kept
         init(backend, store=_store_again(job, slot), rank=slot.rank, world_size=slot.world_size, **options)
     else:
@@ -775,8 +777,7 @@ def _run_cell(job: RankJob, code: CellCode, slot: RankSlot, active: _ActiveJob, 
     # _forget_unfinished_group undoes what it had done), and a rank stuck there ends with its worker
     _ensure_group(job, device, slot)
     rank_group_init.install()
-    rebuild = functools.partial(_build_group, job, device, slot)
-    with _user_code(active), rank_group_init.in_cell(lambda backend, options: rebuild(backend or job.backend, options)):
+    with _user_code(active), rank_group_init.in_cell(functools.partial(_build_group, job, device, slot)):
         for alias, module in code.imports:
             namespace[alias] = importlib.import_module(module)
         rank_names.forget(code.owner, code.forget)

@@ -14,7 +14,9 @@ runs on a rank thread, the call is therefore taken as asking for the group the c
   together on every rank, on the backend asked for; ``rank`` and ``world_size``, when given, must be
   the rank's own.
 
-Outside a cell (a script, the worker's own code) the call is torch's, untouched.
+A group the cell destroys (``dist.destroy_process_group()``, a script's last line) is held until
+the next cell starts, and freed then (see ``_destroyed``). Outside a cell (a script, the worker's own
+code) both calls are torch's, untouched.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ Rebuild = Callable[[str | None, dict[str, Any]], None]  # (backend or None, torc
 
 _cell = threading.local()  # .rebuild: the running cell's way to build its group again, on its rank thread
 _installed: list[Callable[..., Any]] = []  # torch's own function, once the cell's is in place
+# the groups cells destroyed, held until the next cell starts: a gloo group freed right after its last
+# collective (a script's DDP model going out of scope after destroy_process_group) can freeze the
+# worker, its destructor holding the GIL while it waits for its own thread, which needs the GIL to
+# drop what that collective left; by the next cell that thread is long done
+_destroyed: list[Any] = []
 
 
 def install() -> None:
@@ -47,7 +54,24 @@ def install() -> None:
             return torchs(backend, *args, **kwargs)
         return _in_a_cell(rebuild, backend, args, kwargs)
 
+    torchs_destroy = dist.destroy_process_group
+
+    @functools.wraps(torchs_destroy)
+    def destroy_process_group(group: Any = None) -> None:
+        if getattr(_cell, "rebuild", None) is not None:
+            _destroyed.extend(_groups(group))
+        torchs_destroy(group)
+
     dist.init_process_group = init_process_group
+    dist.destroy_process_group = destroy_process_group
+
+
+def _groups(group: Any) -> list[Any]:
+    """The process groups ``destroy_process_group(group)`` ends: ``None``, every one."""
+    import torch.distributed.distributed_c10d as c10d
+
+    world: Any = c10d._world
+    return list(world.pg_map) if group is None else [group]
 
 
 def torch_init_process_group() -> Callable[..., Any]:
@@ -59,7 +83,9 @@ def torch_init_process_group() -> Callable[..., Any]:
 
 @contextlib.contextmanager
 def in_cell(rebuild: Rebuild) -> Iterator[None]:
-    """While a cell's code runs on this thread, ``dist.init_process_group`` means the cell's group."""
+    """While a cell's code runs on this thread, ``dist.init_process_group`` means the cell's group;
+    the groups earlier cells destroyed are let go first."""
+    _destroyed.clear()
     _cell.rebuild = rebuild
     try:
         yield

@@ -61,6 +61,14 @@ def test_a_cell_that_destroys_and_builds_its_group_keeps_the_one_it_built(pool: 
     assert _ok(run_cell(pool, "dist.barrier()\nid(dist.group.WORLD) == mine", {}, timeout=60)) == [True, True]
 
 
+def test_a_group_a_cell_destroys_is_held_until_the_next_cell_starts(pool: Any) -> None:
+    """A gloo group freed right after its last collective can freeze its worker (its destructor holds
+    the GIL while it waits for its own thread, which needs the GIL): the cell's is freed later."""
+    held = "from gpugeek_jupyter.jobs import rank_group_init\nlen(rank_group_init._destroyed)"
+    assert _ok(run_cell(pool, "dist.barrier()\ndist.destroy_process_group()\n" + held, {}, timeout=60)) == [1, 1]
+    assert _ok(run_cell(pool, "dist.barrier()\n" + held, {}, timeout=60)) == [0, 0]
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
