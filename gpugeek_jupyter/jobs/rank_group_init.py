@@ -39,7 +39,8 @@ _destroyed: list[Any] = []
 
 
 def install() -> None:
-    """Put the cell's ``init_process_group`` in ``torch.distributed`` (once per worker process)."""
+    """Put the cell's ``init_process_group`` and ``destroy_process_group`` in ``torch.distributed``
+    (once per worker process)."""
     if _installed:
         return
     import torch.distributed as dist
