@@ -193,8 +193,8 @@ def _without_options(line: str, valued: str) -> str:
     words = line.split(" ")
     while words and (words[0] == "" or words[0].startswith("-")):
         flag = words.pop(0)
-        if flag[1:2] in valued and len(flag) == 2:  # its value is the next word
-            words.pop(0) if words else None
+        if len(flag) == 2 and flag[1] in valued:  # its value is the next word
+            del words[:1]
     return " ".join(words)
 
 

@@ -63,21 +63,24 @@ class RankShell:
         module, _, function = self._ipython_factory.partition(":")
         return getattr(importlib.import_module(module), function)(self.user_ns)
 
+    def _ipython_for(self, what: str, magic_name: str, instead: str) -> Any:
+        """The IPython shell to run magic ``magic_name`` in; one a rank cannot run says so."""
+        cannot = _MAGIC_INSTEAD.get(magic_name)
+        if cannot is not None and self._ipython_factory:
+            raise _refuse(what, cannot.format(magic=magic_name), plain=False)
+        return self._ipython(what, instead)
+
     def run_line_magic(self, magic_name: str, line: str, _stack_depth: int = 1) -> Any:
         if magic_name == "matplotlib" and line.strip() in ("", "inline"):
             return None  # a rank's figures already show inline (plt.show(), display(fig))
-        instead = _MAGIC_INSTEAD.get(magic_name)
-        if instead is not None and self._ipython_factory:
-            raise _refuse(f"%{magic_name}", instead.format(magic=magic_name), plain=False)
-        shell = self._ipython(f"%{magic_name}", _PLAIN_INSTEAD.get(magic_name, _SEND_WITH_THE_MAGIC))
+        shell = self._ipython_for(f"%{magic_name}", magic_name, _PLAIN_INSTEAD.get(magic_name, _SEND_WITH_THE_MAGIC))
         # one frame more than IPython counts: the cell's locals are two frames up from its own call
         return shell.run_line_magic(magic_name, line, _stack_depth=_stack_depth + 1)
 
     def run_cell_magic(self, magic_name: str, line: str, cell: str) -> Any:
-        instead = _MAGIC_INSTEAD.get(magic_name)
-        if instead is not None and self._ipython_factory:
-            raise _refuse(f"%%{magic_name}", instead.format(magic=magic_name), plain=False)
-        return self._ipython(f"%%{magic_name}", _SEND_WITH_THE_MAGIC).run_cell_magic(magic_name, line, cell)
+        return self._ipython_for(f"%%{magic_name}", magic_name, _SEND_WITH_THE_MAGIC).run_cell_magic(
+            magic_name, line, cell
+        )
 
     def system(self, cmd: str) -> Any:
         shell = self._ipython(f"!{cmd}", f"use subprocess in the cell, e.g. subprocess.run({cmd!r}, shell=True)")
