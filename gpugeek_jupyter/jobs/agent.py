@@ -47,6 +47,7 @@ from .result import JobResult
 from .roster import WorkerRoster
 from .slow_ranks import SlowRanks
 from .state import AttemptResult, AttemptState
+from .stranded import calls_ahead
 from .tracking import MlflowRun, both, job_cost_usd, start_run
 from .transport import PoolTransport
 from .watch import AttemptPlan, AttemptSinks, AttemptWatch, OutputCallback, ProgressCallback
@@ -85,6 +86,9 @@ class JobAgent:
         self.queue = PoolQueue(pool)
         self._waiting: dict[str, str | None] = {}  # job id -> why it is to leave the queue (None: it waits on)
         self.holds = RanksHold()  # what the ranks hold of this process's notebook values
+        # the generation of the group the last cell on every rank ran in, and its ranks' sequence
+        # numbers on its groups as that cell ended (a rank ahead of the others made a call they did not)
+        self._sequences_at_end: tuple[str, dict[int, dict[str, int] | None]] | None = None
         self._last_job: str | None = (
             None  # this agent's newest job: when it was the pool's previous one, the group is warm
         )
@@ -342,7 +346,9 @@ class JobAgent:
         blob = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)  # plain data; names are cloudpickled inside
         chosen = set(request.ranks) if request.ranks is not None else None
         launched = [s.address for s in group.layout.slots if chosen is None or s.rank in chosen]
-        plan = AttemptPlan(job_id, job.launch, group, launched, deadline, request.timeout, started_at=time.time())
+        ended = self._sequences_at_end
+        ahead = calls_ahead(ended[1]) if ended is not None and ended[0] == group.generation else {}
+        plan = AttemptPlan(job_id, job.launch, group, launched, deadline, request.timeout, time.time(), ahead)
         self.transport.report_exits()  # the nannies say how a worker ended (asked once per pool)
         interrupted = False
         try:
@@ -364,6 +370,8 @@ class JobAgent:
         attempt = watch.outcome()
         if shipment is not None:
             self._took_names(shipment, attempt, watch, on_notice or log.info)
+        sequences = watch.sequences_at_end() if request.kind == "cell" and request.ranks is None else None
+        self._sequences_at_end = (group.generation, sequences) if sequences is not None else None
         left = watch.ranks_that_left_the_group() if attempt.ok else []
         if attempt.ok and request.ranks is None and request.kind == "cell" and not left:
             self._warm_generation = group.generation  # every rank has joined this generation's group

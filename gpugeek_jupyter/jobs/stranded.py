@@ -12,6 +12,7 @@ rank that is only computing.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from .escalation import Deadline
@@ -22,11 +23,42 @@ PEER_CHECK_S = 1.0  # how often to look, while some rank finished or did not tak
 PEER_WAIT_S = 5.0  # a call waited in this long for a rank that will never enter it cannot complete
 
 
-class StrandedCollectives:
-    """Decides, from the ranks' ``where`` answers, whether a rank waits for one that never comes."""
+CallsAhead = dict[int, tuple[int, list[int]]]  # rank -> (how many calls more, the ranks it is ahead of)
 
-    def __init__(self, job_id: str, layout: Layout, launched: list[str]) -> None:
+
+def calls_ahead(sequences: Mapping[int, Mapping[str, int] | None]) -> CallsAhead:
+    """From each rank's groups' sequence numbers as its cell ended (see ``rank.group_sequences``):
+    the ranks that had made more calls on a group than other ranks of it, with how many more and
+    which ranks made fewest; empty when they agree.
+
+    >>> calls_ahead({0: {"0": 5}, 1: {"0": 4}})
+    {0: (1, [1])}
+    >>> calls_ahead({0: {"0": 5}, 1: {"0": 5}, 2: None})
+    {}
+    """
+    ahead: CallsAhead = {}
+    names = sorted({name for numbers in sequences.values() if numbers for name in numbers})
+    for name in names:
+        numbers = {rank: seq[name] for rank, seq in sequences.items() if seq and name in seq}
+        fewest = min(numbers.values())
+        behind = sorted(rank for rank, number in numbers.items() if number == fewest)
+        for rank, number in numbers.items():
+            if number - fewest > ahead.get(rank, (0, []))[0]:
+                ahead[rank] = (number - fewest, behind)
+    return ahead
+
+
+class StrandedCollectives:
+    """Decides, from the ranks' ``where`` answers, whether a rank waits for one that never comes.
+
+    ``ahead``: the ranks that had made more calls on a group than others by the end of the previous
+    cell (:func:`calls_ahead`): a rank stranded now likely waits in the call its peers made to pair
+    with that earlier one, and the message says so.
+    """
+
+    def __init__(self, job_id: str, layout: Layout, launched: list[str], ahead: CallsAhead | None = None) -> None:
         self.job_id, self.layout = job_id, layout
+        self.ahead = ahead or {}
         chosen = set(launched)
         self.launched = sorted(slot.rank for slot in layout.slots if slot.address in chosen)
         self.absent = {r for r in range(layout.world_size) if r not in set(self.launched)}
@@ -71,6 +103,17 @@ class StrandedCollectives:
             advice = (
                 f"(the cell ran on {format_ranks(self.launched)} only); collectives need every rank of their group: "
                 "run this cell on every rank, or keep collectives out of cells run with --ranks"
+            )
+        elif earlier := [(rank, *self.ahead[rank]) for rank in sorted(stuck) if rank in self.ahead]:
+            advice = (
+                "(it will never enter that call): "
+                + "; ".join(
+                    f"{format_ranks([rank])} had made {more} call{'s' if more > 1 else ''} more on its process group "
+                    f"than {format_ranks(behind)} by the end of the previous cell"
+                    for rank, more, behind in earlier
+                )
+                + ", one only some ranks made there (e.g. `dist.all_reduce(t, async_op=True)` under `if rank == 0:`), "
+                "and this cell's call on the others was paired with it: make each collective on every rank of its group"
             )
         else:
             advice = (

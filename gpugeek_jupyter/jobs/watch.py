@@ -11,7 +11,7 @@ import logging
 import queue
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..polling import wait_for
@@ -42,7 +42,7 @@ from .result import RankReport
 from .roster import WorkerRoster
 from .slow_ranks import SlowRanks
 from .state import AttemptResult, AttemptState, StopCause
-from .stranded import StrandedCollectives
+from .stranded import CallsAhead, StrandedCollectives
 from .transport import PoolTransport, WorkerGone
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,8 @@ class AttemptPlan:
     timeout: float | None = None  # the same, in seconds (for its message)
     # time.time() just before the launch: the nannies' reports of how a process ended count from here
     started_at: float = 0.0
+    # the ranks that had made more calls on a group than others when the group's previous cell ended
+    calls_ahead: CallsAhead = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ class AttemptWatch:
         self.launched = list(plan.launched)
         self.slots = [slot for slot in layout.slots if slot.address in set(self.launched)]
         self.pending = set(self.launched)
-        self.stranded = StrandedCollectives(plan.job_id, layout, self.launched)
+        self.stranded = StrandedCollectives(plan.job_id, layout, self.launched, plan.calls_ahead)
         self.where: str | None = None  # where the ranks were when the job was timed out or stuck
         self.logs.ranks_running(slot.rank for slot in self.slots)
         self.ended: list[int] = []  # ranks that reported a failure, in order
@@ -349,6 +351,14 @@ class AttemptWatch:
             and all(isinstance(a, RankOutcome) and (a.status == "ok" or a.group_kept) for a in answers)
             and in_step([a.sequences for a in answers if isinstance(a, RankOutcome)])
         )
+
+    def sequences_at_end(self) -> dict[int, dict[str, int] | None] | None:
+        """Each rank's groups' sequence numbers as its cell ended, by rank (see ``rank.group_sequences``);
+        None unless every launched rank answered."""
+        outcomes = [a for a in self.answers.values() if isinstance(a, RankOutcome)]
+        if self.pending or len(outcomes) != len(self.launched):
+            return None
+        return {outcome.rank: outcome.sequences for outcome in outcomes}
 
     def ranks_that_left_the_group(self) -> list[int]:
         """The ranks of a done cell that destroyed their process group (``dist.destroy_process_group()``)."""

@@ -68,6 +68,20 @@ def test_a_collective_on_one_rank_of_a_full_cell_ends_within_seconds_naming_who_
     assert again.ok and again.values == [2.0, 2.0], again.failure
 
 
+def test_a_collective_one_rank_left_unmatched_in_a_cell_is_named_when_the_next_cell_cannot_complete(pool) -> None:
+    # the first cell succeeds: rank 0's async all_reduce waits in its group for a rank 1 call...
+    cell = "import torch\nif rank == 0:\n    pending = dist.all_reduce(torch.ones(1), async_op=True)\nrank"
+    assert run_cell(pool, cell, {}).values == [0, 1]
+    # ...which rank 1 makes next, in a cell with no condition: rank 0's own call there is left alone
+    result = run_cell(pool, "import torch\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()", {}, timeout=120)
+    failure = result.failure or ""
+    assert result.status is JobStatus.FAILED and "cannot complete: rank 0 in dist.all_reduce() at line 3" in failure
+    assert "rank 0 had made 1 call more on its process group than rank 1 by the end of the previous cell" in failure
+    assert "async_op=True" in failure and "not under a condition" not in failure, failure
+    again = run_cell(pool, "import torch\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()", {}, timeout=120)
+    assert again.ok and again.values == [2.0, 2.0], again.failure
+
+
 def test_a_rank_computing_long_after_the_others_finished_is_left_to_finish(pool) -> None:
     code = "import time\nif rank == 0:\n    time.sleep(7)\nrank"  # past PEER_WAIT_S, outside any collective
     result = run_cell(pool, code, {})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpugeek_jupyter.jobs.layout import WorkerInfo, plan_layout
-from gpugeek_jupyter.jobs.stranded import PEER_WAIT_S, StrandedCollectives
+from gpugeek_jupyter.jobs.stranded import PEER_WAIT_S, StrandedCollectives, calls_ahead
 
 LAYOUT = plan_layout([WorkerInfo(f"tcp://h:{i}", str(i), "h") for i in range(3)])
 BARRIER = {"running": True, "collective": "dist.barrier()", "at": "line 3: dist.barrier()", "peers": [0, 1, 2]}
@@ -60,3 +60,26 @@ def test_finished_and_absent_ranks_together_are_both_named() -> None:
     stranded.judge({"tcp://h:0": BARRIER}, now=0.0)
     message = stranded.judge({"tcp://h:0": BARRIER}, now=PEER_WAIT_S) or ""
     assert "waits for ranks 1-2, which finished or did not take part" in message, message
+
+
+def test_a_rank_that_ended_the_previous_cell_ahead_of_the_others_is_said_to_be_waiting_for_that_call() -> None:
+    ahead = calls_ahead({0: {"0": 7, "1": 2}, 1: {"0": 6, "1": 2}, 2: {"0": 6, "1": 2}})
+    assert ahead == {0: (1, [1, 2])}
+    stranded = StrandedCollectives("job-4", LAYOUT, LAYOUT.addresses, ahead)
+    stranded.rank_finished(1, now=0.0)
+    stranded.rank_finished(2, now=0.0)
+    where = {"tcp://h:0": {**BARRIER, "collective": "dist.all_reduce()", "at": "line 2: dist.all_reduce(t)"}}
+    stranded.judge(where, now=0.0)
+    message = stranded.judge(where, now=PEER_WAIT_S)
+    assert message is not None
+    assert "rank 0 in dist.all_reduce() at line 2: dist.all_reduce(t) waits for ranks 1-2, which finished" in message
+    assert "rank 0 had made 1 call more on its process group than ranks 1-2 by the end of the previous cell" in message
+    assert "async_op=True" in message and "not under a condition" not in message, message
+
+
+def test_ranks_in_step_or_unknown_are_ahead_of_nobody() -> None:
+    assert calls_ahead({0: {"0": 3}, 1: {"0": 3}}) == {}
+    assert calls_ahead({0: None, 1: {"0": 3}}) == {}
+    assert calls_ahead({}) == {}
+    # per group: a subgroup only some ranks belong to is compared among its members
+    assert calls_ahead({0: {"0": 4, "1": 9}, 1: {"0": 4, "1": 7}, 2: {"0": 4}}) == {0: (2, [1])}
