@@ -47,7 +47,6 @@ from .result import JobResult
 from .roster import WorkerRoster
 from .slow_ranks import SlowRanks
 from .state import AttemptResult, AttemptState
-from .stranded import calls_ahead
 from .tracking import MlflowRun, both, job_cost_usd, start_run
 from .transport import PoolTransport
 from .watch import AttemptPlan, AttemptSinks, AttemptWatch, OutputCallback, ProgressCallback
@@ -347,8 +346,16 @@ class JobAgent:
         chosen = set(request.ranks) if request.ranks is not None else None
         launched = [s.address for s in group.layout.slots if chosen is None or s.rank in chosen]
         ended = self._sequences_at_end
-        ahead = calls_ahead(ended[1]) if ended is not None and ended[0] == group.generation else {}
-        plan = AttemptPlan(job_id, job.launch, group, launched, deadline, request.timeout, time.time(), ahead)
+        plan = AttemptPlan(
+            job_id,
+            job.launch,
+            group,
+            launched,
+            deadline,
+            request.timeout,
+            started_at=time.time(),
+            previous_sequences=ended[1] if ended is not None and ended[0] == group.generation else {},
+        )
         self.transport.report_exits()  # the nannies say how a worker ended (asked once per pool)
         interrupted = False
         try:

@@ -23,10 +23,11 @@ PEER_CHECK_S = 1.0  # how often to look, while some rank finished or did not tak
 PEER_WAIT_S = 5.0  # a call waited in this long for a rank that will never enter it cannot complete
 
 
+Sequences = Mapping[int, Mapping[str, int] | None]  # rank -> its groups' sequence numbers by group name
 CallsAhead = dict[int, tuple[int, list[int]]]  # rank -> (how many calls more, the ranks it is ahead of)
 
 
-def calls_ahead(sequences: Mapping[int, Mapping[str, int] | None]) -> CallsAhead:
+def calls_ahead(sequences: Sequences) -> CallsAhead:
     """From each rank's groups' sequence numbers as its cell ended (see ``rank.group_sequences``):
     the ranks that had made more calls on a group than other ranks of it, with how many more and
     which ranks made fewest; empty when they agree.
@@ -51,14 +52,14 @@ def calls_ahead(sequences: Mapping[int, Mapping[str, int] | None]) -> CallsAhead
 class StrandedCollectives:
     """Decides, from the ranks' ``where`` answers, whether a rank waits for one that never comes.
 
-    ``ahead``: the ranks that had made more calls on a group than others by the end of the previous
-    cell (:func:`calls_ahead`): a rank stranded now likely waits in the call its peers made to pair
-    with that earlier one, and the message says so.
+    ``previous``: the ranks' sequence numbers as the group's previous cell ended. A rank that had
+    made more calls than others then (:func:`calls_ahead`, worked out only for a message) likely
+    waits now in the call its peers made to pair with that earlier one, and the message says so.
     """
 
-    def __init__(self, job_id: str, layout: Layout, launched: list[str], ahead: CallsAhead | None = None) -> None:
+    def __init__(self, job_id: str, layout: Layout, launched: list[str], previous: Sequences | None = None) -> None:
         self.job_id, self.layout = job_id, layout
-        self.ahead = ahead or {}
+        self.previous = previous or {}
         chosen = set(launched)
         self.launched = sorted(slot.rank for slot in layout.slots if slot.address in chosen)
         self.absent = {r for r in range(layout.world_size) if r not in set(self.launched)}
@@ -99,13 +100,19 @@ class StrandedCollectives:
             + f" waits for {format_ranks(lacking)}, which {self._why(lacking)}"
             for rank, (info, lacking) in sorted(stuck.items())
         )
+        return f"job {self.job_id} cannot complete: {waits} {self._advice(stuck)}"
+
+    def _advice(self, stuck: dict[int, tuple[dict[str, Any], list[int]]]) -> str:
+        """Why the stuck ranks' peers will never come, and what to do."""
         if any(r in self.absent for _, lacking in stuck.values() for r in lacking):
-            advice = (
+            return (
                 f"(the cell ran on {format_ranks(self.launched)} only); collectives need every rank of their group: "
                 "run this cell on every rank, or keep collectives out of cells run with --ranks"
             )
-        elif earlier := [(rank, *self.ahead[rank]) for rank in sorted(stuck) if rank in self.ahead]:
-            advice = (
+        ahead = calls_ahead(self.previous)
+        earlier = [(rank, *ahead[rank]) for rank in sorted(stuck) if rank in ahead]
+        if earlier:
+            return (
                 "(it will never enter that call): "
                 + "; ".join(
                     f"{format_ranks([rank])} had made {more} call{'s' if more > 1 else ''} more on its process group "
@@ -115,12 +122,10 @@ class StrandedCollectives:
                 + ", one only some ranks made there (e.g. `dist.all_reduce(t, async_op=True)` under `if rank == 0:`), "
                 "and this cell's call on the others was paired with it: make each collective on every rank of its group"
             )
-        else:
-            advice = (
-                "(it will never enter that call); a collective needs every rank of its group to call it: "
-                "call it on every rank, not under a condition such as `if rank == 0:`"
-            )
-        return f"job {self.job_id} cannot complete: {waits} {advice}"
+        return (
+            "(it will never enter that call); a collective needs every rank of its group to call it: "
+            "call it on every rank, not under a condition such as `if rank == 0:`"
+        )
 
     def _why(self, ranks: list[int]) -> str:
         if all(r in self.absent for r in ranks):

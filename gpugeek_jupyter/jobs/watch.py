@@ -42,7 +42,7 @@ from .result import RankReport
 from .roster import WorkerRoster
 from .slow_ranks import SlowRanks
 from .state import AttemptResult, AttemptState, StopCause
-from .stranded import CallsAhead, StrandedCollectives
+from .stranded import Sequences, StrandedCollectives, calls_ahead
 from .transport import PoolTransport, WorkerGone
 
 log = logging.getLogger(__name__)
@@ -76,8 +76,8 @@ class AttemptPlan:
     timeout: float | None = None  # the same, in seconds (for its message)
     # time.time() just before the launch: the nannies' reports of how a process ended count from here
     started_at: float = 0.0
-    # the ranks that had made more calls on a group than others when the group's previous cell ended
-    calls_ahead: CallsAhead = field(default_factory=dict)
+    # the ranks' sequence numbers on their groups as the group's previous cell ended (see .stranded)
+    previous_sequences: Sequences = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class AttemptWatch:
         self.launched = list(plan.launched)
         self.slots = [slot for slot in layout.slots if slot.address in set(self.launched)]
         self.pending = set(self.launched)
-        self.stranded = StrandedCollectives(plan.job_id, layout, self.launched, plan.calls_ahead)
+        self.stranded = StrandedCollectives(plan.job_id, layout, self.launched, plan.previous_sequences)
         self.where: str | None = None  # where the ranks were when the job was timed out or stuck
         self.logs.ranks_running(slot.rank for slot in self.slots)
         self.ended: list[int] = []  # ranks that reported a failure, in order
@@ -573,14 +573,7 @@ LAST_WORDS_WAIT_S = 5.0  # for a live worker on a dead rank's host, to read its 
 def in_step(sequences: list[dict[str, int] | None]) -> bool:
     """The ranks' groups' sequence numbers (by group name, as each rank ended) agree: no rank made a
     call on a group that another rank of it did not make, so nothing waits in the group for a peer."""
-    seen: dict[str, int] = {}
-    for numbers in sequences:
-        if numbers is None:
-            return False
-        for name, number in numbers.items():
-            if seen.setdefault(name, number) != number:
-                return False
-    return True
+    return None not in sequences and not calls_ahead(dict(enumerate(sequences)))
 
 
 def describe_death(process: str, death: dict[str, Any]) -> str:

@@ -63,9 +63,9 @@ def test_finished_and_absent_ranks_together_are_both_named() -> None:
 
 
 def test_a_rank_that_ended_the_previous_cell_ahead_of_the_others_is_said_to_be_waiting_for_that_call() -> None:
-    ahead = calls_ahead({0: {"0": 7, "1": 2}, 1: {"0": 6, "1": 2}, 2: {"0": 6, "1": 2}})
-    assert ahead == {0: (1, [1, 2])}
-    stranded = StrandedCollectives("job-4", LAYOUT, LAYOUT.addresses, ahead)
+    previous = {0: {"0": 7, "1": 2}, 1: {"0": 6, "1": 2}, 2: {"0": 6, "1": 2}}
+    assert calls_ahead(previous) == {0: (1, [1, 2])}
+    stranded = StrandedCollectives("job-4", LAYOUT, LAYOUT.addresses, previous)
     stranded.rank_finished(1, now=0.0)
     stranded.rank_finished(2, now=0.0)
     where = {"tcp://h:0": {**BARRIER, "collective": "dist.all_reduce()", "at": "line 2: dist.all_reduce(t)"}}

@@ -301,8 +301,9 @@ def test_the_plugin_samples_at_once_and_reports_its_worker_loop_as_overhead(
 def test_the_first_sample_is_not_inflated_by_its_short_interval() -> None:
     readings = [ProcessReader(overhead_threads=lambda: machinery_threads(loop_thread=None)).read() for _ in range(20)]
     # psutil's ticks over a first, short interval read as thousands of percent; a process busy on
-    # every core of a loaded machine reads up to 100% a core (155% was measured here on 2 cores)
-    ceiling = 110 * (os.cpu_count() or 1)
+    # every core of a loaded machine reads up to 100% a core (155% was measured here on 2 cores); this
+    # test's process never keeps ten cores busy, so a machine with many still sees the inflation fail
+    ceiling = min(110 * (os.cpu_count() or 1), 1000)
     assert max(r.cpu_pct - r.overhead_cpu_pct for r in readings) < ceiling
 
 
